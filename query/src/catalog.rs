@@ -1,0 +1,162 @@
+//! The catalog DataFusion sees: one catalog, a schema per database, a table per
+//! measurement, all asked of the [`TableSource`] when a query is planned.
+//!
+//! Nothing is registered ahead of time, so a measurement is queryable as soon as its
+//! first row is applied. Each table resolved during planning takes one consistent
+//! snapshot of that measurement, used for the rest of the query.
+//!
+//! DataFusion lower-cases unquoted identifiers, while measurement and database names keep
+//! their case. When the exact name is missing, a name that differs only in case resolves
+//! too, if exactly one such name exists; otherwise the client must quote the name.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
+use datafusion::error::DataFusionError;
+use datafusion::logical_expr::TableType;
+use quiver_storage::{validate_database_name, TableSource};
+
+use crate::provider::MeasurementTable;
+
+/// Name of the single catalog; databases are its schemas.
+pub(crate) const CATALOG_NAME: &str = "quiver";
+
+/// The catalog over every database of a [`TableSource`].
+#[derive(Clone)]
+pub(crate) struct QuiverCatalog {
+    source: Arc<dyn TableSource>,
+}
+
+impl QuiverCatalog {
+    pub(crate) fn new(source: Arc<dyn TableSource>) -> Self {
+        QuiverCatalog { source }
+    }
+}
+
+impl std::fmt::Debug for QuiverCatalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuiverCatalog").finish_non_exhaustive()
+    }
+}
+
+impl CatalogProvider for QuiverCatalog {
+    fn schema_names(&self) -> Vec<String> {
+        self.source.databases()
+    }
+
+    fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
+        let databases = self.source.databases();
+        let database = match resolve_name(name, &databases) {
+            Some(existing) => existing.to_string(),
+            // A database without measurements yet still resolves (to no tables), so the
+            // client hears "table not found" rather than "schema not found".
+            None if validate_database_name(name).is_ok() => name.to_string(),
+            None => return None,
+        };
+        Some(Arc::new(DatabaseSchema {
+            source: Arc::clone(&self.source),
+            database,
+        }))
+    }
+}
+
+/// One database: its measurements are the tables.
+struct DatabaseSchema {
+    source: Arc<dyn TableSource>,
+    database: String,
+}
+
+impl std::fmt::Debug for DatabaseSchema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DatabaseSchema")
+            .field("database", &self.database)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DatabaseSchema {
+    fn table_now(&self, name: &str) -> Option<Arc<dyn TableProvider>> {
+        let measurements = self.source.measurements(&self.database);
+        let measurement = resolve_name(name, &measurements)?;
+        let snapshot = self.source.table(&self.database, measurement)?;
+        Some(Arc::new(MeasurementTable::new(snapshot)))
+    }
+}
+
+// `SchemaProvider` is declared with `#[async_trait]`; this crate does not depend on that
+// macro, so the two async methods below are written in the form it expands to.
+type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+impl SchemaProvider for DatabaseSchema {
+    fn table_names(&self) -> Vec<String> {
+        self.source.measurements(&self.database)
+    }
+
+    fn table<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        name: &'life1 str,
+    ) -> BoxFuture<'async_trait, Result<Option<Arc<dyn TableProvider>>, DataFusionError>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait,
+    {
+        // Taking a snapshot is a short in-memory copy under the storage lock: no await.
+        let table = self.table_now(name);
+        Box::pin(std::future::ready(Ok(table)))
+    }
+
+    fn table_type<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        name: &'life1 str,
+    ) -> BoxFuture<'async_trait, Result<Option<TableType>, DataFusionError>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait,
+    {
+        // Answered from the name list alone, so `information_schema.tables` does not
+        // snapshot every measurement.
+        let measurements = self.source.measurements(&self.database);
+        let found = resolve_name(name, &measurements).map(|_| TableType::Base);
+        Box::pin(std::future::ready(Ok(found)))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        let measurements = self.source.measurements(&self.database);
+        resolve_name(name, &measurements).is_some()
+    }
+}
+
+/// The exact name if present, else the only name equal to it ignoring ASCII case.
+fn resolve_name<'a>(name: &str, names: &'a [String]) -> Option<&'a str> {
+    if let Some(exact) = names.iter().find(|n| n.as_str() == name) {
+        return Some(exact);
+    }
+    let mut folded = names.iter().filter(|n| n.eq_ignore_ascii_case(name));
+    match (folded.next(), folded.next()) {
+        (Some(only), None) => Some(only),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_resolve_exactly_then_by_unique_case_fold() {
+        let names = vec!["CPU".to_string(), "Mem".to_string(), "mem".to_string()];
+        assert_eq!(resolve_name("CPU", &names), Some("CPU"));
+        assert_eq!(resolve_name("cpu", &names), Some("CPU"));
+        assert_eq!(resolve_name("mem", &names), Some("mem"));
+        assert_eq!(
+            resolve_name("MEM", &names),
+            None,
+            "ambiguous without quotes"
+        );
+        assert_eq!(resolve_name("disk", &names), None);
+    }
+}

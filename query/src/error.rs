@@ -1,0 +1,100 @@
+//! The one error type of quiver-query, split by who must act and mapped to HTTP status.
+
+use datafusion::error::DataFusionError;
+
+/// Why a query failed. Every variant carries a message fit to show the client.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Error {
+    /// The statement is not a read-only query (DDL, DML, `COPY`, `SET`, ...).
+    #[error("{0}")]
+    Refused(String),
+    /// The SQL does not parse or plan, or fails on the data (the engine's own message).
+    #[error("{0}")]
+    Sql(String),
+    /// The query ran past its time limit and was cancelled.
+    #[error("query cancelled after exceeding its time limit of {ms} ms")]
+    Timeout {
+        /// The limit that was exceeded, in milliseconds.
+        ms: u64,
+    },
+    /// The query needed more memory than its limit allows.
+    #[error("{0}")]
+    ResourcesExhausted(String),
+    /// A fault on the server side (storage, I/O, a bug); not the client's doing.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// The HTTP status the API answers with for this error.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            Error::Refused(_) | Error::Sql(_) => 400,
+            Error::Timeout { .. } => 504,
+            Error::ResourcesExhausted(_) => 507,
+            Error::Internal(_) => 500,
+        }
+    }
+
+    /// Puts the query's memory limit, and what to do about it, into a
+    /// [`Error::ResourcesExhausted`] message; other errors pass unchanged.
+    pub(crate) fn with_memory_limit(self, memory_bytes_max: usize) -> Error {
+        match self {
+            Error::ResourcesExhausted(engine) => Error::ResourcesExhausted(format!(
+                "query exceeded its memory limit of {memory_bytes_max} bytes; read less \
+                 (narrow the time range, filter, aggregate or add LIMIT): {engine}"
+            )),
+            other => other,
+        }
+    }
+}
+
+impl From<DataFusionError> for Error {
+    fn from(err: DataFusionError) -> Self {
+        let message = err.strip_backtrace();
+        match err.find_root() {
+            DataFusionError::ResourcesExhausted(_) => Error::ResourcesExhausted(message),
+            DataFusionError::Internal(_)
+            | DataFusionError::IoError(_)
+            | DataFusionError::ObjectStore(_)
+            | DataFusionError::ParquetError(_)
+            | DataFusionError::ExecutionJoin(_)
+            | DataFusionError::External(_) => Error::Internal(message),
+            DataFusionError::ArrowError(arrow_err, _) => match arrow_err.as_ref() {
+                arrow::error::ArrowError::IoError(..)
+                | arrow::error::ArrowError::ExternalError(_)
+                | arrow::error::ArrowError::MemoryError(_) => Error::Internal(message),
+                _ => Error::Sql(message),
+            },
+            // Plan, SQL, schema, not-implemented, configuration and execution errors are
+            // about the query the client sent.
+            _ => Error::Sql(message),
+        }
+    }
+}
+
+impl From<arrow::error::ArrowError> for Error {
+    fn from(err: arrow::error::ArrowError) -> Self {
+        Error::Internal(err.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_follow_the_api_contract() {
+        assert_eq!(Error::Refused("x".into()).http_status(), 400);
+        assert_eq!(Error::Sql("x".into()).http_status(), 400);
+        assert_eq!(Error::Timeout { ms: 1 }.http_status(), 504);
+        assert_eq!(Error::ResourcesExhausted("x".into()).http_status(), 507);
+        assert_eq!(Error::Internal("x".into()).http_status(), 500);
+    }
+
+    #[test]
+    fn memory_errors_are_resources_exhausted() {
+        let err = DataFusionError::ResourcesExhausted("no room".into()).context("sorting");
+        assert!(matches!(Error::from(err), Error::ResourcesExhausted(_)));
+    }
+}

@@ -1,0 +1,27 @@
+//! quiver-query: read-only SQL over Quiver's measurements, through DataFusion.
+//!
+//! A [`QueryEngine`] plans and runs one SQL statement against one database. Each database
+//! is a DataFusion schema and each measurement a table whose scan unions the rows still in
+//! memory with the Parquet files whose time range can match the query. Every query runs in
+//! a sandbox (no DDL, DML, `COPY`, `SET` or file-reading functions), under a timeout and a
+//! memory limit. The [`encode`] module turns results into the wire formats of the HTTP API.
+//!
+//! It is not the place for authentication, HTTP, read consistency (the caller waits for a
+//! read index before calling in), or anything that writes: it never changes storage.
+#![deny(missing_docs)]
+
+mod catalog;
+mod config;
+pub mod encode;
+mod engine;
+mod error;
+mod provider;
+mod prune;
+mod sandbox;
+mod stream;
+mod udf;
+
+pub use config::QueryConfig;
+pub use engine::{QueryEngine, QueryOutput, STORAGE_URL};
+pub use error::Error;
+pub use stream::QueryStream;

@@ -1,0 +1,265 @@
+//! The table of one measurement: rows in memory unioned with the Parquet files that can
+//! match the query's time range.
+//!
+//! ```text
+//!            UnionExec (or the only child)
+//!           /                           \
+//!  DataSourceExec(memory batches)   DataSourceExec(Parquet, files left after pruning)
+//! ```
+//!
+//! Filters are accepted as `Inexact`: DataFusion keeps its own `FilterExec` above the
+//! scan, and its filter-pushdown pass hands the same predicate to the Parquet source,
+//! which prunes row groups and pages by statistics and filters rows while decoding.
+//! This file prunes whole files by their catalog time range (see `prune`).
+//!
+//! No output ordering is declared. Files are sorted by tags then time, but only within a
+//! file, and the null ordering of tags is storage's choice; declaring it would need one
+//! file per partition and buys little for the common `ORDER BY time` queries.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::config::TableParquetOptions;
+use datafusion::common::project_schema;
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::physical_plan::parquet::CachedParquetFileReaderFactory;
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::object_store::ObjectStoreUrl;
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
+use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::union::UnionExec;
+use datafusion::physical_plan::ExecutionPlan;
+use quiver_storage::{ParquetFileRef, TableSnapshot};
+
+use crate::engine::STORAGE_URL;
+use crate::prune::TimeRange;
+
+/// A measurement as DataFusion sees it, frozen at the snapshot taken during planning.
+pub(crate) struct MeasurementTable {
+    snapshot: TableSnapshot,
+}
+
+impl std::fmt::Debug for MeasurementTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MeasurementTable")
+            .field("database", &self.snapshot.database)
+            .field("measurement", &self.snapshot.measurement)
+            .field("memory_batches", &self.snapshot.memory.len())
+            .field("files", &self.snapshot.files.len())
+            .finish()
+    }
+}
+
+impl MeasurementTable {
+    pub(crate) fn new(snapshot: TableSnapshot) -> Self {
+        MeasurementTable { snapshot }
+    }
+
+    fn plan_scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let range = TimeRange::from_filters(filters);
+        let partitions_max = state.config().target_partitions().max(1);
+        let mut children: Vec<Arc<dyn ExecutionPlan>> = Vec::with_capacity(2);
+        if !self.snapshot.memory.is_empty() && !range.is_empty() {
+            children.push(self.memory_exec(projection, limit, partitions_max)?);
+        }
+        let files: Vec<&ParquetFileRef> = self
+            .snapshot
+            .files
+            .iter()
+            .filter(|f| range.overlaps(f.time_min.0, f.time_max.0))
+            .collect();
+        tracing::debug!(
+            database = %self.snapshot.database,
+            measurement = %self.snapshot.measurement,
+            files_total = self.snapshot.files.len(),
+            files_scanned = files.len(),
+            time_min_ns = range.min_ns,
+            time_max_ns = range.max_ns,
+            "pruned files by time"
+        );
+        if !files.is_empty() {
+            children.push(self.parquet_exec(state, &files, projection, limit, partitions_max)?);
+        }
+        if children.is_empty() {
+            let schema = project_schema(&self.snapshot.schema, projection)?;
+            return Ok(Arc::new(EmptyExec::new(schema)));
+        }
+        UnionExec::try_new(children)
+    }
+
+    fn memory_exec(
+        &self,
+        projection: Option<&Vec<usize>>,
+        limit: Option<usize>,
+        partitions_max: usize,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let schema = &self.snapshot.schema;
+        let batches = &self.snapshot.memory;
+        if let Some(bad) = batches
+            .iter()
+            .find(|b| b.schema_ref().fields() != schema.fields())
+        {
+            return Err(DataFusionError::Internal(format!(
+                "storage handed {}.{} a memory batch with schema {:?}, table schema is {:?}",
+                self.snapshot.database,
+                self.snapshot.measurement,
+                bad.schema_ref().fields(),
+                schema.fields()
+            )));
+        }
+        let partition_count = partitions_max.min(batches.len()).max(1);
+        let mut partitions: Vec<Vec<RecordBatch>> = vec![Vec::new(); partition_count];
+        for (i, batch) in batches.iter().enumerate() {
+            partitions[i % partition_count].push(batch.clone());
+        }
+        let source =
+            MemorySourceConfig::try_new(&partitions, Arc::clone(schema), projection.cloned())?
+                .with_limit(limit);
+        Ok(DataSourceExec::from_data_source(source))
+    }
+
+    fn parquet_exec(
+        &self,
+        state: &dyn Session,
+        files: &[&ParquetFileRef],
+        projection: Option<&Vec<usize>>,
+        limit: Option<usize>,
+        partitions_max: usize,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let store_url = ObjectStoreUrl::parse(STORAGE_URL)?;
+        let runtime = state.runtime_env();
+        let store = runtime.object_store(&store_url)?;
+        // Footers and page indexes are cached across queries (files never change once
+        // written), so a repeated query does not re-read them.
+        let reader_factory = CachedParquetFileReaderFactory::new(
+            store,
+            runtime.cache_manager.get_file_metadata_cache(),
+        );
+        let options = TableParquetOptions {
+            global: state.config_options().execution.parquet.clone(),
+            ..TableParquetOptions::default()
+        };
+        let source = ParquetSource::new(Arc::clone(&self.snapshot.schema))
+            .with_table_parquet_options(options)
+            .with_parquet_file_reader_factory(Arc::new(reader_factory));
+        let config = FileScanConfigBuilder::new(store_url, Arc::new(source))
+            .with_file_groups(group_files(files, partitions_max))
+            .with_projection_indices(projection.cloned())?
+            .with_limit(limit)
+            .build();
+        Ok(DataSourceExec::from_data_source(config))
+    }
+}
+
+/// Spreads files over at most `groups_max` groups, balancing bytes (largest first into
+/// the lightest group). Groups are read in parallel, files within a group in turn.
+fn group_files(files: &[&ParquetFileRef], groups_max: usize) -> Vec<FileGroup> {
+    let group_count = groups_max.min(files.len()).max(1);
+    let mut by_size: Vec<&ParquetFileRef> = files.to_vec();
+    by_size.sort_by(|a, b| b.size_bytes.cmp(&a.size_bytes).then(a.path.cmp(&b.path)));
+    let mut groups: Vec<(u64, Vec<PartitionedFile>)> = vec![(0, Vec::new()); group_count];
+    for file in by_size {
+        let lightest = groups
+            .iter_mut()
+            .min_by_key(|(bytes, _)| *bytes)
+            .map(|(bytes, members)| {
+                *bytes += file.size_bytes;
+                members
+            });
+        if let Some(members) = lightest {
+            members.push(PartitionedFile::new(file.path.clone(), file.size_bytes));
+        }
+    }
+    groups
+        .into_iter()
+        .filter(|(_, members)| !members.is_empty())
+        .map(|(_, members)| FileGroup::new(members))
+        .collect()
+}
+
+// `TableProvider` is declared with `#[async_trait]`; `scan` below is written in the form
+// that macro expands to, since this crate does not depend on it.
+type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+impl TableProvider for MeasurementTable {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.snapshot.schema)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn scan<'life0, 'life1, 'life2, 'life3, 'async_trait>(
+        &'life0 self,
+        state: &'life1 dyn Session,
+        projection: Option<&'life2 Vec<usize>>,
+        filters: &'life3 [Expr],
+        limit: Option<usize>,
+    ) -> BoxFuture<'async_trait, Result<Arc<dyn ExecutionPlan>>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        'life2: 'async_trait,
+        'life3: 'async_trait,
+        Self: 'async_trait,
+    {
+        // Planning the scan needs no I/O: file sizes and time ranges come from the catalog.
+        let plan = self.plan_scan(state, projection, filters, limit);
+        Box::pin(std::future::ready(plan))
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quiver_storage::TimestampNs;
+
+    fn file(path: &str, size_bytes: u64) -> ParquetFileRef {
+        ParquetFileRef {
+            path: path.to_string(),
+            size_bytes,
+            rows: 1,
+            time_min: TimestampNs(0),
+            time_max: TimestampNs(1),
+        }
+    }
+
+    #[test]
+    fn files_spread_over_groups_by_size() {
+        let files = [file("a", 100), file("b", 60), file("c", 50), file("d", 10)];
+        let refs: Vec<&ParquetFileRef> = files.iter().collect();
+        let groups = group_files(&refs, 2);
+        assert_eq!(groups.len(), 2);
+        let sizes: Vec<u64> = groups
+            .iter()
+            .map(|g| g.iter().map(|f| f.object_meta.size).sum())
+            .collect();
+        assert_eq!(sizes, vec![110, 110]);
+        assert_eq!(
+            group_files(&refs, 8).len(),
+            4,
+            "never more groups than files"
+        );
+    }
+}

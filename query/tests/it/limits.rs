@@ -1,0 +1,70 @@
+//! Every query has a deadline and a memory limit, and says clearly which one it hit.
+
+use std::time::{Duration, Instant};
+
+use quiver_query::{Error, QueryConfig};
+
+use crate::support::{one_i64, query, Fixture};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_query_times_out() {
+    let fixture = Fixture::new();
+    let engine = fixture.engine_with(QueryConfig {
+        target_partitions: 2,
+        timeout_ms: 300,
+        ..QueryConfig::default()
+    });
+    // 2100^3 row combinations: hours of work.
+    let sql = "SELECT count(*) FROM cpu a, cpu b, cpu c WHERE a.usage + b.usage + c.usage < 0";
+    let started = Instant::now();
+    let err = engine.execute("db1", sql).await.expect_err("must time out");
+    assert!(matches!(err, Error::Timeout { ms: 300 }), "{err:?}");
+    assert_eq!(err.http_status(), 504);
+    assert!(err.to_string().contains("300 ms"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+
+    // The engine is still usable afterwards.
+    let output = query(&engine, "db1", "SELECT count(*) FROM cpu").await;
+    assert_eq!(one_i64(&output), 2100);
+}
+
+#[tokio::test]
+async fn big_sort_exceeds_memory_limit() {
+    let fixture = Fixture::new();
+    let engine = fixture.engine_with(QueryConfig {
+        target_partitions: 2,
+        memory_bytes_max: 64 * 1024,
+        ..QueryConfig::default()
+    });
+    let sql = "SELECT a.time, b.usage FROM cpu a JOIN cpu b ON a.host = b.host ORDER BY b.usage";
+    let err = engine
+        .execute("db1", sql)
+        .await
+        .expect_err("must run out of memory");
+    assert!(matches!(err, Error::ResourcesExhausted(_)), "{err:?}");
+    assert_eq!(err.http_status(), 507);
+    assert!(err.to_string().contains("memory limit"), "{err}");
+}
+
+#[tokio::test]
+async fn oversized_result_exceeds_memory_limit() {
+    let fixture = Fixture::new();
+    let engine = fixture.engine_with(QueryConfig {
+        target_partitions: 1,
+        memory_bytes_max: 16 * 1024,
+        ..QueryConfig::default()
+    });
+    let err = engine
+        .execute("db1", "SELECT * FROM mem")
+        .await
+        .expect_err("result too big");
+    assert!(matches!(err, Error::ResourcesExhausted(_)), "{err:?}");
+
+    // A small result fits the same limit.
+    let output = query(&engine, "db1", "SELECT count(*) FROM mem").await;
+    assert_eq!(one_i64(&output), 600);
+}

@@ -1,0 +1,114 @@
+//! What a log entry asks the state machine to do, and what it answers.
+//!
+//! Commands carry data already decoded and validated on the node that received the
+//! request: a write holds Arrow IPC batches, so followers and replays never parse text.
+
+use arrow::record_batch::RecordBatch;
+use bytes::Bytes;
+use quiver_storage::{decode_batch, encode_batch, TableKey};
+use serde::{Deserialize, Serialize};
+
+/// One measurement's rows inside a write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TablePayload {
+    /// Measurement name.
+    pub measurement: String,
+    /// Rows in the batch (for accounting without decoding).
+    pub rows: u64,
+    /// The batch as an Arrow IPC stream.
+    pub ipc: Bytes,
+}
+
+/// Rows for one database, possibly several measurements; applied all or nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteCommand {
+    /// Database the rows belong to.
+    pub database: String,
+    /// The rows, per measurement.
+    pub tables: Vec<TablePayload>,
+}
+
+impl WriteCommand {
+    /// Encodes decoded batches into a command.
+    pub fn encode(
+        database: &str,
+        tables: &[(String, RecordBatch)],
+    ) -> quiver_storage::Result<Self> {
+        let tables = tables
+            .iter()
+            .map(|(measurement, batch)| {
+                Ok(TablePayload {
+                    measurement: measurement.clone(),
+                    rows: batch.num_rows() as u64,
+                    ipc: Bytes::from(encode_batch(batch)?),
+                })
+            })
+            .collect::<quiver_storage::Result<_>>()?;
+        Ok(WriteCommand {
+            database: database.to_string(),
+            tables,
+        })
+    }
+
+    /// Decodes the batches back.
+    pub fn decode(&self) -> quiver_storage::Result<Vec<(String, RecordBatch)>> {
+        self.tables
+            .iter()
+            .map(|t| Ok((t.measurement.clone(), decode_batch(&t.ipc)?)))
+            .collect()
+    }
+
+    /// Rows in the command.
+    pub fn rows(&self) -> u64 {
+        self.tables.iter().map(|t| t.rows).sum()
+    }
+
+    /// Payload bytes in the command.
+    pub fn bytes(&self) -> usize {
+        self.tables.iter().map(|t| t.ipc.len()).sum()
+    }
+}
+
+/// A replicated decision to freeze tables' buffers (made by the leader).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlushCommand {
+    /// Tables whose live buffer becomes a frozen segment at this entry.
+    pub tables: Vec<TableKey>,
+}
+
+/// A state-machine command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Append rows.
+    Write(WriteCommand),
+    /// Freeze buffers for flushing.
+    Flush(FlushCommand),
+}
+
+impl std::fmt::Display for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Command::Write(w) => write!(f, "write {} rows to {}", w.rows(), w.database),
+            Command::Flush(fl) => write!(f, "flush {} tables", fl.tables.len()),
+        }
+    }
+}
+
+/// What applying a command produced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CommandResult {
+    /// Rows were added (fewer than sent only when replaying rows already in Parquet).
+    Written {
+        /// Rows added.
+        rows: u64,
+    },
+    /// Buffers were frozen.
+    Flushed,
+    /// A blank or membership entry: nothing for the client.
+    Noop,
+    /// The command was refused, identically on every replica (e.g. a schema conflict).
+    Rejected {
+        /// Why, for the client.
+        message: String,
+    },
+}

@@ -1,0 +1,28 @@
+//! quiver-raft: Quiver's replicated log and state machine on openraft 0.9.
+//!
+//! It owns the openraft type configuration, the log storage on quiver-wal (appends are
+//! acknowledged to openraft only after the fsync that covers them), the vote and purge
+//! point in small durable files beside the log (never in sled), the state machine that
+//! applies commands to quiver-storage, snapshots, and the node-to-node network. It does
+//! not parse client payloads: commands arrive already decoded.
+#![deny(missing_docs)]
+
+mod command;
+mod durable_file;
+mod error;
+mod log_store;
+mod network;
+mod node;
+mod snapshot_file;
+mod state_machine;
+mod types;
+
+pub use command::{Command, CommandResult, FlushCommand, TablePayload, WriteCommand};
+pub use error::{Error, WriteError};
+pub use log_store::LogStore;
+pub use network::{NoPeers, NoPeersFactory};
+pub use node::{RaftConfig, RaftNode};
+pub use state_machine::{SnapshotBuilder, StateMachine};
+pub use types::{
+    Entry, LogId, NodeId, Raft, SnapshotMeta, StorageError, StoredMembership, TypeConfig, Vote,
+};

@@ -1,0 +1,368 @@
+//! openraft's log storage on quiver-wal.
+//!
+//! Entries are encoded once (MessagePack via serde) and appended to the WAL; openraft's
+//! flush callback fires from the WAL's writer thread only after the fdatasync that
+//! covers them, which is what lets many requests share one fsync. Recent entries stay
+//! decoded in a bounded cache, so applying and replicating them does not read the disk.
+//! The vote and the purge point live in small durable files beside the segments.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::io;
+use std::ops::RangeBounds;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::{EntryPayload, ErrorSubject, ErrorVerb, RaftLogReader};
+use parking_lot::Mutex;
+use quiver_wal::Wal;
+
+use crate::command::Command;
+use crate::durable_file::{read_durable, write_durable};
+use crate::types::{Entry, LogId, StorageError, TypeConfig, Vote};
+
+/// Bytes of decoded entries kept in memory for apply and replication.
+const CACHE_BYTES_MAX: usize = 256 * 1024 * 1024;
+const VOTE_FILE: &str = "raft-vote";
+const PURGED_FILE: &str = "raft-purged";
+const COMMITTED_FILE: &str = "raft-committed";
+
+/// The log store; clones share state and serve as openraft's log readers.
+#[derive(Clone)]
+pub struct LogStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    wal: Wal,
+    dir: PathBuf,
+    committed_at_open: Option<u64>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    last_purged: Option<LogId>,
+    last_log_id: Option<LogId>,
+    vote: Option<Vote>,
+    committed: Option<LogId>,
+    cache: BTreeMap<u64, (Entry, usize)>,
+    cache_bytes: usize,
+}
+
+fn read_err(e: impl std::error::Error + Send + Sync + 'static) -> StorageError {
+    StorageError::from_io_error(
+        ErrorSubject::Logs,
+        ErrorVerb::Read,
+        io::Error::other(e.to_string()),
+    )
+}
+
+fn write_err(subject: ErrorSubject<u64>, e: impl std::fmt::Display) -> StorageError {
+    StorageError::from_io_error(subject, ErrorVerb::Write, io::Error::other(e.to_string()))
+}
+
+fn encode(entry: &Entry) -> Result<Bytes, StorageError> {
+    rmp_serde::to_vec(entry)
+        .map(Bytes::from)
+        .map_err(|e| write_err(ErrorSubject::Log(entry.log_id), e))
+}
+
+fn decode(index: u64, bytes: &[u8]) -> Result<Entry, StorageError> {
+    let entry: Entry = rmp_serde::from_slice(bytes).map_err(read_err)?;
+    if entry.log_id.index != index {
+        return Err(read_err(io::Error::other(format!(
+            "log record {index} holds entry {}",
+            entry.log_id.index
+        ))));
+    }
+    Ok(entry)
+}
+
+fn entry_bytes(entry: &Entry) -> usize {
+    match &entry.payload {
+        EntryPayload::Normal(Command::Write(w)) => w.bytes() + 128,
+        _ => 128,
+    }
+}
+
+impl LogStore {
+    /// Opens the log in `wal`'s directory: reads the vote and purge point, finds the
+    /// last entry, and finishes a purge a crash interrupted.
+    pub async fn open(wal: Wal, dir: &Path) -> Result<LogStore, StorageError> {
+        let vote: Option<Vote> =
+            read_durable(&dir.join(VOTE_FILE)).map_err(|e| write_err(ErrorSubject::Vote, e))?;
+        let last_purged: Option<LogId> =
+            read_durable(&dir.join(PURGED_FILE)).map_err(|e| write_err(ErrorSubject::Logs, e))?;
+        if let Some(purged) = last_purged {
+            if wal.first_index().is_some_and(|first| first <= purged.index) {
+                wal.purge_to(purged.index)
+                    .await
+                    .map_err(|e| write_err(ErrorSubject::Logs, e))?;
+            }
+        }
+        let last_log_id = match wal.last_index() {
+            Some(index) => {
+                let records = wal.read_range(index..index + 1).map_err(read_err)?;
+                let (i, bytes) = records
+                    .first()
+                    .ok_or_else(|| read_err(io::Error::other("last entry unreadable")))?;
+                Some(decode(*i, bytes)?.log_id)
+            }
+            None => last_purged,
+        };
+        if let (Some(first), Some(purged)) = (wal.first_index(), last_purged) {
+            if first != purged.index + 1 {
+                return Err(read_err(io::Error::other(format!(
+                    "the log starts at {first} but was purged only to {}: entries are missing",
+                    purged.index
+                ))));
+            }
+        }
+        let committed_at_open = read_committed_file(dir)
+            .map(|c| c.index)
+            .filter(|&c| last_log_id.is_some_and(|l| c <= l.index));
+        tracing::info!(dir = %dir.display(), ?last_purged, ?last_log_id, ?committed_at_open, "raft log opened");
+        Ok(LogStore {
+            inner: Arc::new(Inner {
+                wal,
+                dir: dir.to_path_buf(),
+                committed_at_open,
+                state: Mutex::new(State {
+                    last_purged,
+                    last_log_id,
+                    vote,
+                    ..Default::default()
+                }),
+            }),
+        })
+    }
+
+    /// The commit index recorded before the last stop: what must be applied again
+    /// before the node is ready.
+    pub fn committed_at_open(&self) -> Option<u64> {
+        self.inner.committed_at_open
+    }
+
+    /// The latest commit point openraft reported.
+    pub fn committed(&self) -> Option<LogId> {
+        self.inner.state.lock().committed
+    }
+
+    /// The underlying WAL (for stats).
+    pub fn wal(&self) -> &Wal {
+        &self.inner.wal
+    }
+
+    fn cache_insert(state: &mut State, entry: Entry) {
+        let bytes = entry_bytes(&entry);
+        state.cache_bytes += bytes;
+        if let Some((_, old)) = state.cache.insert(entry.log_id.index, (entry, bytes)) {
+            state.cache_bytes -= old;
+        }
+        while state.cache_bytes > CACHE_BYTES_MAX {
+            match state.cache.pop_first() {
+                Some((_, (_, b))) => state.cache_bytes -= b,
+                None => break,
+            }
+        }
+    }
+
+    fn read_entries(&self, start: u64, end: u64) -> Result<Vec<Entry>, StorageError> {
+        let mut out = Vec::with_capacity((end.saturating_sub(start)).min(4096) as usize);
+        let mut next = start;
+        {
+            let state = self.inner.state.lock();
+            while next < end {
+                match state.cache.get(&next) {
+                    Some((e, _)) => out.push(e.clone()),
+                    None => break,
+                }
+                next += 1;
+            }
+        }
+        if next < end {
+            for (index, bytes) in self.inner.wal.read_range(next..end).map_err(read_err)? {
+                out.push(decode(index, &bytes)?);
+            }
+        }
+        debug_assert!(
+            out.windows(2)
+                .all(|w| w[0].log_id.index + 1 == w[1].log_id.index),
+            "log has a hole"
+        );
+        Ok(out)
+    }
+
+    /// Waits until every append issued before this call is durable.
+    async fn barrier(&self) -> Result<(), StorageError> {
+        self.inner
+            .wal
+            .sync()
+            .await
+            .map_err(|e| write_err(ErrorSubject::Logs, e))
+    }
+}
+
+fn read_committed_file(dir: &Path) -> Option<LogId> {
+    match read_durable::<Option<LogId>>(&dir.join(COMMITTED_FILE)) {
+        Ok(c) => c.flatten(),
+        Err(e) => {
+            tracing::warn!(error = %e, "ignoring an unreadable committed-index file");
+            None
+        }
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, StorageError> {
+        use std::ops::Bound;
+        let start = match range.start_bound() {
+            Bound::Included(&s) => s,
+            Bound::Excluded(&s) => s + 1,
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&e) => e + 1,
+            Bound::Excluded(&e) => e,
+            Bound::Unbounded => self.inner.wal.next_index(),
+        };
+        if start >= end {
+            return Ok(Vec::new());
+        }
+        self.read_entries(start, end)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
+        let state = self.inner.state.lock();
+        Ok(LogState {
+            last_purged_log_id: state.last_purged,
+            last_log_id: state.last_log_id,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
+        // Write IO is ordered: appends issued before the vote are durable before it.
+        self.barrier().await?;
+        write_durable(&self.inner.dir.join(VOTE_FILE), vote, true)
+            .map_err(|e| write_err(ErrorSubject::Vote, e))?;
+        self.inner.state.lock().vote = Some(*vote);
+        Ok(())
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
+        Ok(self.inner.state.lock().vote)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
+        self.inner.state.lock().committed = committed;
+        // Not fsynced: a stale value only means replaying less before serving; it can
+        // never be ahead of what was really committed.
+        write_durable(&self.inner.dir.join(COMMITTED_FILE), &committed, false)
+            .map_err(|e| write_err(ErrorSubject::Store, e))
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
+        let committed = read_committed_file(&self.inner.dir);
+        let last = self.inner.state.lock().last_log_id;
+        // After a crash in batch mode the log may end before the recorded commit point.
+        Ok(match (committed, last) {
+            (Some(c), Some(l)) if c.index > l.index => Some(l),
+            (Some(_), None) => None,
+            (c, _) => c,
+        })
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError>
+    where
+        I: IntoIterator<Item = Entry> + Send,
+        I::IntoIter: Send,
+    {
+        let mut records = Vec::new();
+        {
+            let mut state = self.inner.state.lock();
+            for entry in entries {
+                records.push((entry.log_id.index, encode(&entry)?));
+                state.last_log_id = Some(entry.log_id);
+                Self::cache_insert(&mut state, entry);
+            }
+        }
+        if records.is_empty() {
+            callback.log_io_completed(Ok(()));
+            return Ok(());
+        }
+        let bytes: usize = records.iter().map(|(_, b)| b.len()).sum();
+        metrics::counter!("quiver_raft_log_bytes_appended_total").increment(bytes as u64);
+        self.inner
+            .wal
+            .append(
+                records,
+                Box::new(move |result: Result<(), quiver_wal::Error>| {
+                    callback.log_io_completed(result.map_err(|e| io::Error::other(e.to_string())));
+                }),
+            )
+            .await
+            .map_err(|e| write_err(ErrorSubject::Logs, e))
+    }
+
+    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.inner
+            .wal
+            .truncate_from(log_id.index)
+            .await
+            .map_err(|e| write_err(ErrorSubject::Log(log_id), e))?;
+        let previous = if log_id.index == 0 {
+            None
+        } else {
+            let prev = log_id.index - 1;
+            let purged = self.inner.state.lock().last_purged;
+            match purged {
+                Some(p) if p.index >= prev => Some(p),
+                _ => self.read_entries(prev, prev + 1)?.first().map(|e| e.log_id),
+            }
+        };
+        let mut state = self.inner.state.lock();
+        let dropped = state.cache.split_off(&log_id.index);
+        state.cache_bytes -= dropped.values().map(|(_, b)| *b).sum::<usize>();
+        state.last_log_id = previous;
+        Ok(())
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        // Record the purge point first: a crash between the two leaves extra entries
+        // (harmless, purged again on open), never a log that starts after its record.
+        write_durable(&self.inner.dir.join(PURGED_FILE), &log_id, true)
+            .map_err(|e| write_err(ErrorSubject::Log(log_id), e))?;
+        self.inner
+            .wal
+            .purge_to(log_id.index)
+            .await
+            .map_err(|e| write_err(ErrorSubject::Log(log_id), e))?;
+        let mut state = self.inner.state.lock();
+        let keep = state.cache.split_off(&(log_id.index + 1));
+        let dropped = std::mem::replace(&mut state.cache, keep);
+        state.cache_bytes -= dropped.values().map(|(_, b)| *b).sum::<usize>();
+        state.last_purged = Some(log_id);
+        if state.last_log_id.is_none_or(|l| l.index < log_id.index) {
+            state.last_log_id = Some(log_id);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,264 @@
+//! One Raft node: the wiring that builds config → WAL → log store → storage → state
+//! machine → Raft, plus the node's two background duties — writing frozen segments as
+//! Parquet, and (on the leader) deciding when buffers are flushed.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{BasicNode, ServerState, SnapshotPolicy};
+use quiver_storage::Storage;
+use quiver_wal::{Wal, WalConfig};
+use tokio::task::JoinHandle;
+
+use crate::command::{Command, CommandResult, FlushCommand, WriteCommand};
+use crate::error::{Error, WriteError};
+use crate::log_store::LogStore;
+use crate::network::NoPeersFactory;
+use crate::state_machine::StateMachine;
+use crate::types::{NodeId, Raft};
+
+/// Longest wait between two attempts to write a frozen segment after a failure.
+const PERSIST_RETRY_MS_MAX: u64 = 5_000;
+
+/// Settings of the Raft layer (the `[raft]` and `[wal]` sections).
+#[derive(Debug, Clone)]
+pub struct RaftConfig {
+    /// This node's id.
+    pub node_id: NodeId,
+    /// Address other nodes and clients reach this node at.
+    pub advertise_addr: String,
+    /// Directory for snapshots (the data directory).
+    pub data_dir: PathBuf,
+    /// The WAL.
+    pub wal: WalConfig,
+    /// Leader heartbeat interval.
+    pub heartbeat_interval_ms: u64,
+    /// Election timeout range.
+    pub election_timeout_ms_min: u64,
+    /// Election timeout range.
+    pub election_timeout_ms_max: u64,
+    /// Least time between two snapshots (which allow the log to be purged).
+    pub snapshot_interval_ms_min: u64,
+    /// How often the leader checks whether a buffer must be flushed.
+    pub flush_check_interval_ms: u64,
+}
+
+impl Default for RaftConfig {
+    fn default() -> Self {
+        RaftConfig {
+            node_id: 1,
+            advertise_addr: "127.0.0.1:8000".into(),
+            data_dir: PathBuf::from("quiver-data"),
+            wal: WalConfig::default(),
+            heartbeat_interval_ms: 50,
+            election_timeout_ms_min: 150,
+            election_timeout_ms_max: 300,
+            snapshot_interval_ms_min: 10_000,
+            flush_check_interval_ms: 200,
+        }
+    }
+}
+
+/// A running node's Raft side. Cheap to clone.
+#[derive(Clone)]
+pub struct RaftNode {
+    /// The openraft handle.
+    pub raft: Raft,
+    /// The node's storage.
+    pub storage: Arc<Storage>,
+    /// The log store (WAL stats).
+    pub log: LogStore,
+    config: Arc<RaftConfig>,
+}
+
+impl RaftNode {
+    /// Opens everything and starts Raft. A node whose log and vote are empty
+    /// initialises itself as a one-voter cluster; otherwise it resumes.
+    pub async fn start(config: RaftConfig, storage: Arc<Storage>) -> Result<RaftNode, Error> {
+        let wal_dir = config.wal.dir.clone();
+        let wal = Wal::open(config.wal.clone()).map_err(|e| Error::Wal(e.to_string()))?;
+        let log = LogStore::open(wal, &wal_dir).await?;
+        let sm = StateMachine::open(storage.clone(), &config.data_dir).await?;
+        let raft_config = openraft::Config {
+            cluster_name: "quiver".into(),
+            heartbeat_interval: config.heartbeat_interval_ms,
+            election_timeout_min: config.election_timeout_ms_min,
+            election_timeout_max: config.election_timeout_ms_max,
+            // Snapshots are taken when flushed segments make them cheap (see below).
+            snapshot_policy: SnapshotPolicy::Never,
+            max_in_snapshot_log_to_keep: 0,
+            purge_batch_size: 1,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| Error::Config(e.to_string()))?;
+        let raft = Raft::new(
+            config.node_id,
+            Arc::new(raft_config),
+            NoPeersFactory,
+            log.clone(),
+            sm,
+        )
+        .await
+        .map_err(|e| Error::Raft(e.to_string()))?;
+        if !raft
+            .is_initialized()
+            .await
+            .map_err(|e| Error::Raft(e.to_string()))?
+        {
+            let mut members = BTreeMap::new();
+            members.insert(
+                config.node_id,
+                BasicNode::new(config.advertise_addr.clone()),
+            );
+            tracing::info!(
+                node_id = config.node_id,
+                "initialising a new single-voter cluster"
+            );
+            raft.initialize(members)
+                .await
+                .map_err(|e| Error::Raft(e.to_string()))?;
+        }
+        Ok(RaftNode {
+            raft,
+            storage,
+            log,
+            config: Arc::new(config),
+        })
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> NodeId {
+        self.config.node_id
+    }
+
+    /// Whether this node currently leads.
+    pub fn is_leader(&self) -> bool {
+        self.raft.metrics().borrow().state == ServerState::Leader
+    }
+
+    /// Whether a leader is known and this node has applied everything that was
+    /// committed before it started (the `/ready` condition).
+    pub fn is_ready(&self) -> bool {
+        let m = self.raft.metrics().borrow().clone();
+        let replayed = match self.log.committed_at_open() {
+            Some(target) => m.last_applied.is_some_and(|l| l.index >= target),
+            None => true,
+        };
+        m.current_leader.is_some() && replayed
+    }
+
+    /// Proposes rows and waits until they are committed and applied.
+    pub async fn write(&self, command: WriteCommand) -> Result<CommandResult, WriteError> {
+        self.propose(Command::Write(command)).await
+    }
+
+    async fn propose(&self, command: Command) -> Result<CommandResult, WriteError> {
+        match self.raft.client_write(command).await {
+            Ok(response) => Ok(response.data),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                Err(WriteError::NotLeader {
+                    leader: f.leader_id,
+                })
+            }
+            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e))) => {
+                Err(WriteError::Unavailable(e.to_string()))
+            }
+            Err(RaftError::Fatal(e)) => Err(WriteError::Unavailable(format!("raft stopped: {e}"))),
+        }
+    }
+
+    /// Starts the background duties; they end when Raft shuts down.
+    pub fn spawn_background(&self) -> Vec<JoinHandle<()>> {
+        vec![
+            tokio::spawn(self.clone().persist_loop()),
+            tokio::spawn(self.clone().flush_policy_loop()),
+        ]
+    }
+
+    /// Writes frozen segments as Parquet, retrying failures with backoff (the segment
+    /// stays in memory meanwhile), and takes a snapshot once the flushed data makes one
+    /// cheap, so the log below it can be purged.
+    async fn persist_loop(self) {
+        let mut retry_ms = 100;
+        let mut last_snapshot = Instant::now();
+        let mut persisted_since_snapshot = false;
+        let snapshot_gap = Duration::from_millis(self.config.snapshot_interval_ms_min);
+        loop {
+            match self.storage.persist_next().await {
+                Ok(true) => {
+                    retry_ms = 100;
+                    persisted_since_snapshot = true;
+                    continue;
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::error!(error = %e, retry_ms, "writing a segment failed; it stays in memory and is retried");
+                    metrics::counter!("quiver_flush_failures_total").increment(1);
+                    tokio::time::sleep(Duration::from_millis(retry_ms)).await;
+                    retry_ms = (retry_ms * 2).min(PERSIST_RETRY_MS_MAX);
+                    continue;
+                }
+            }
+            if persisted_since_snapshot && last_snapshot.elapsed() >= snapshot_gap {
+                if self.raft.trigger().snapshot().await.is_err() {
+                    return;
+                }
+                last_snapshot = Instant::now();
+                persisted_since_snapshot = false;
+            }
+            let wait = if persisted_since_snapshot {
+                snapshot_gap.saturating_sub(last_snapshot.elapsed())
+            } else {
+                Duration::from_secs(3600)
+            };
+            tokio::select! {
+                _ = self.storage.frozen_ready() => {}
+                _ = tokio::time::sleep(wait.max(Duration::from_millis(10))) => {}
+            }
+        }
+    }
+
+    /// On the leader, proposes a flush entry whenever a buffer passes a threshold.
+    async fn flush_policy_loop(self) {
+        let interval = Duration::from_millis(self.config.flush_check_interval_ms);
+        loop {
+            tokio::time::sleep(interval).await;
+            if self.raft.metrics().borrow().running_state.is_err() {
+                return;
+            }
+            if !self.is_leader() {
+                continue;
+            }
+            let tables = self.storage.flush_candidates(Instant::now());
+            if tables.is_empty() {
+                continue;
+            }
+            tracing::debug!(tables = tables.len(), "proposing a flush");
+            if let Err(e) = self.propose(Command::Flush(FlushCommand { tables })).await {
+                tracing::warn!(error = %e, "flush proposal failed");
+            }
+        }
+    }
+
+    /// Flushes every live buffer and waits until all segments are written (used by a
+    /// clean shutdown and by tests).
+    pub async fn flush_all(&self) -> Result<(), WriteError> {
+        let tables = self.storage.tables_with_live_rows();
+        if !tables.is_empty() {
+            self.propose(Command::Flush(FlushCommand { tables }))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Stops Raft.
+    pub async fn shutdown(&self) {
+        if let Err(e) = self.raft.shutdown().await {
+            tracing::warn!(error = %e, "raft did not shut down cleanly");
+        }
+    }
+}

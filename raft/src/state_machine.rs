@@ -1,0 +1,277 @@
+//! The Raft state machine: applies committed commands to quiver-storage, and builds and
+//! installs snapshots (Parquet manifest plus the rows not yet in Parquet).
+//!
+//! The state machine is persistent through its snapshot: on open it restores the newest
+//! snapshot's unwritten rows, reports the snapshot's last log id as applied, and openraft
+//! replays the log from there. Rows the Parquet files already hold are skipped by
+//! storage, so a replay never duplicates a row.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{EntryPayload, ErrorSubject, ErrorVerb, RaftSnapshotBuilder};
+use parking_lot::Mutex;
+use quiver_storage::{Error as StorageErr, LogIndex, MemoryImage, Storage};
+use tokio::io::AsyncSeekExt;
+
+use crate::command::{Command, CommandResult};
+use crate::snapshot_file::{
+    latest_snapshot, read_meta, read_snapshot, read_snapshot_from, snapshot_dir, write_snapshot,
+};
+use crate::types::{Entry, LogId, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
+
+fn sm_err(verb: ErrorVerb, e: impl std::fmt::Display) -> StorageError {
+    StorageError::from_io_error(
+        ErrorSubject::StateMachine,
+        verb,
+        io::Error::other(e.to_string()),
+    )
+}
+
+fn snapshot_err(verb: ErrorVerb, e: impl std::fmt::Display) -> StorageError {
+    StorageError::from_io_error(
+        ErrorSubject::Snapshot(None),
+        verb,
+        io::Error::other(e.to_string()),
+    )
+}
+
+#[derive(Debug, Clone, Default)]
+struct Applied {
+    last_applied: Option<LogId>,
+    membership: StoredMembership,
+}
+
+/// See the module documentation. Clones share state.
+#[derive(Clone)]
+pub struct StateMachine {
+    storage: Arc<Storage>,
+    dir: PathBuf,
+    applied: Arc<Mutex<Applied>>,
+}
+
+impl StateMachine {
+    /// Opens the state machine over `storage`, restoring the newest snapshot in
+    /// `data_dir/snapshots`.
+    pub async fn open(
+        storage: Arc<Storage>,
+        data_dir: &Path,
+    ) -> Result<StateMachine, StorageError> {
+        let dir = snapshot_dir(data_dir);
+        std::fs::create_dir_all(&dir).map_err(|e| snapshot_err(ErrorVerb::Write, e))?;
+        let mut applied = Applied::default();
+        if let Some(path) = latest_snapshot(&dir).map_err(|e| snapshot_err(ErrorVerb::Read, e))? {
+            let (meta, image) = tokio::task::spawn_blocking(move || read_snapshot(&path))
+                .await
+                .map_err(|e| snapshot_err(ErrorVerb::Read, e))?
+                .map_err(|e| snapshot_err(ErrorVerb::Read, e))?;
+            storage
+                .restore_memory(image)
+                .map_err(|e| snapshot_err(ErrorVerb::Read, e))?;
+            tracing::info!(last_applied = ?meta.last_log_id, "restored snapshot");
+            applied = Applied {
+                last_applied: meta.last_log_id,
+                membership: meta.last_membership,
+            };
+        }
+        Ok(StateMachine {
+            storage,
+            dir,
+            applied: Arc::new(Mutex::new(applied)),
+        })
+    }
+
+    /// The storage the state machine applies to.
+    pub fn storage(&self) -> &Arc<Storage> {
+        &self.storage
+    }
+
+    /// The last applied log id.
+    pub fn last_applied(&self) -> Option<LogId> {
+        self.applied.lock().last_applied
+    }
+
+    fn apply_one(&self, entry: &Entry) -> Result<CommandResult, StorageError> {
+        let index = LogIndex(entry.log_id.index);
+        Ok(match &entry.payload {
+            EntryPayload::Blank => CommandResult::Noop,
+            EntryPayload::Membership(m) => {
+                self.applied.lock().membership =
+                    StoredMembership::new(Some(entry.log_id), m.clone());
+                CommandResult::Noop
+            }
+            EntryPayload::Normal(Command::Flush(flush)) => {
+                self.storage.apply_flush(index, &flush.tables);
+                CommandResult::Flushed
+            }
+            EntryPayload::Normal(Command::Write(write)) => {
+                // A batch that does not decode was written by this code and checked by a
+                // CRC: that is corruption or a bug, never a client error, so it stops the
+                // node rather than diverging from the other replicas.
+                let tables = write
+                    .decode()
+                    .map_err(|e| sm_err(ErrorVerb::Read, format!("entry {index}: {e}")))?;
+                match self.storage.apply_write(index, &write.database, &tables) {
+                    Ok(rows) => CommandResult::Written { rows: rows as u64 },
+                    Err(
+                        e @ (StorageErr::SchemaConflict { .. }
+                        | StorageErr::InvalidName(_)
+                        | StorageErr::InvalidPayload(_)),
+                    ) => CommandResult::Rejected {
+                        message: e.to_string(),
+                    },
+                    Err(e) => return Err(sm_err(ErrorVerb::Write, format!("entry {index}: {e}"))),
+                }
+            }
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+        let applied = self.applied.lock();
+        Ok((applied.last_applied, applied.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<CommandResult>, StorageError>
+    where
+        I: IntoIterator<Item = Entry> + Send,
+        I::IntoIter: Send,
+    {
+        let mut out = Vec::new();
+        for entry in entries {
+            let result = self.apply_one(&entry)?;
+            self.applied.lock().last_applied = Some(entry.log_id);
+            out.push(result);
+        }
+        Ok(out)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> SnapshotBuilder {
+        // Captured here, between two applies, so image and applied id agree.
+        let applied = self.applied.lock().clone();
+        SnapshotBuilder {
+            image: self.storage.memory_image(),
+            applied,
+            dir: self.dir.clone(),
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<tokio::fs::File>, StorageError> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let path = self.dir.join(format!("incoming-{nanos}.part"));
+        let file = tokio::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .await
+            .map_err(|e| snapshot_err(ErrorVerb::Write, e))?;
+        // The name is only needed while receiving; the content is re-read from the handle.
+        let _ = tokio::fs::remove_file(&path).await;
+        Ok(Box::new(file))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Box<tokio::fs::File>,
+    ) -> Result<(), StorageError> {
+        let mut file = *snapshot;
+        file.seek(std::io::SeekFrom::Start(0))
+            .await
+            .map_err(|e| snapshot_err(ErrorVerb::Read, e))?;
+        let std_file = file.into_std().await;
+        let (received_meta, image) =
+            tokio::task::spawn_blocking(move || read_snapshot_from(std_file))
+                .await
+                .map_err(|e| snapshot_err(ErrorVerb::Read, e))?
+                .map_err(|e| snapshot_err(ErrorVerb::Read, e))?;
+        if received_meta.last_log_id != meta.last_log_id {
+            return Err(snapshot_err(
+                ErrorVerb::Read,
+                "snapshot content does not match its metadata",
+            ));
+        }
+        self.storage.reset_memory();
+        self.storage
+            .restore_memory(image.clone())
+            .map_err(|e| snapshot_err(ErrorVerb::Write, e))?;
+        let dir = self.dir.clone();
+        let meta_owned = meta.clone();
+        tokio::task::spawn_blocking(move || write_snapshot(&dir, &meta_owned, &image))
+            .await
+            .map_err(|e| snapshot_err(ErrorVerb::Write, e))?
+            .map_err(|e| snapshot_err(ErrorVerb::Write, e))?;
+        *self.applied.lock() = Applied {
+            last_applied: meta.last_log_id,
+            membership: meta.last_membership.clone(),
+        };
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        let Some(path) =
+            latest_snapshot(&self.dir).map_err(|e| snapshot_err(ErrorVerb::Read, e))?
+        else {
+            return Ok(None);
+        };
+        let meta = read_meta(&path).map_err(|e| snapshot_err(ErrorVerb::Read, e))?;
+        let file = tokio::fs::File::open(&path)
+            .await
+            .map_err(|e| snapshot_err(ErrorVerb::Read, e))?;
+        Ok(Some(Snapshot {
+            meta,
+            snapshot: Box::new(file),
+        }))
+    }
+}
+
+/// Builds a snapshot from a state captured between two applies.
+pub struct SnapshotBuilder {
+    image: MemoryImage,
+    applied: Applied,
+    dir: PathBuf,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let snapshot_id = match self.applied.last_applied {
+            Some(l) => format!("{}-{}-{nanos}", l.leader_id.term, l.index),
+            None => format!("0-0-{nanos}"),
+        };
+        let meta = SnapshotMeta {
+            last_log_id: self.applied.last_applied,
+            last_membership: self.applied.membership.clone(),
+            snapshot_id,
+        };
+        let image = std::mem::take(&mut self.image);
+        let dir = self.dir.clone();
+        let meta_owned = meta.clone();
+        let started = std::time::Instant::now();
+        let path = tokio::task::spawn_blocking(move || write_snapshot(&dir, &meta_owned, &image))
+            .await
+            .map_err(|e| snapshot_err(ErrorVerb::Write, e))?
+            .map_err(|e| snapshot_err(ErrorVerb::Write, e))?;
+        tracing::info!(path = %path.display(), last = ?meta.last_log_id, ms = started.elapsed().as_millis() as u64, "snapshot built");
+        metrics::counter!("quiver_snapshots_built_total").increment(1);
+        let file = tokio::fs::File::open(&path)
+            .await
+            .map_err(|e| snapshot_err(ErrorVerb::Read, e))?;
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(file),
+        })
+    }
+}

@@ -1,0 +1,16 @@
+//! quiver-sizing: tools operators use to size hardware for Quiver.
+//!
+//! It talks to nodes over HTTP only, exactly like a real client: the load generator
+//! posts Arc-shaped MessagePack batches, measures what was acknowledged and how fast,
+//! and then checks that every acknowledged row is persisted. It never retries silently:
+//! a failed request is counted as failed.
+#![deny(missing_docs)]
+
+mod batch;
+mod load;
+mod report;
+
+pub use batch::host_names;
+pub use batch::{encode_columnar_batch, BatchShape};
+pub use load::{load, run_load, LoadArgs};
+pub use report::LoadReport;

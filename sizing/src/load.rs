@@ -1,0 +1,294 @@
+//! `quiver sizing load`: the load generator.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::sync::Mutex as StdMutex;
+
+use crate::batch::{encode_columnar_batch, host_names, BatchShape};
+use crate::report::{Latency, LoadReport};
+
+/// Most error messages kept for the report.
+const ERRORS_KEPT_MAX: usize = 10;
+
+/// Flags of `quiver sizing load`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LoadArgs {
+    /// Node to write to.
+    #[arg(long, default_value = "http://127.0.0.1:8000")]
+    pub url: String,
+    /// API token (or QUIVER_TOKEN).
+    #[arg(long, env = "QUIVER_TOKEN")]
+    pub token: Option<String>,
+    /// Database (x-arc-database).
+    #[arg(long, default_value = "sizing")]
+    pub database: String,
+    /// Measurement.
+    #[arg(long, default_value = "cpu")]
+    pub measurement: String,
+    /// Wire format: msgpack.
+    #[arg(long, default_value = "msgpack")]
+    pub format: String,
+    /// Rows per request.
+    #[arg(long, default_value_t = 5000)]
+    pub batch_size: u64,
+    /// Concurrent requests.
+    #[arg(long, default_value_t = 8)]
+    pub workers: usize,
+    /// Distinct `host` tag values.
+    #[arg(long, default_value_t = 1000)]
+    pub hosts: u64,
+    /// Stop after this many seconds...
+    #[arg(long)]
+    pub duration_s: Option<f64>,
+    /// ... or after this many rows (default: 1,000,000 if neither is given).
+    #[arg(long)]
+    pub rows: Option<u64>,
+    /// Time step between a host's rows, in milliseconds.
+    #[arg(long, default_value_t = 10)]
+    pub interval_ms: u64,
+    /// Skip the persisted == acked check.
+    #[arg(long)]
+    pub no_verify: bool,
+    /// Per-request timeout in seconds.
+    #[arg(long, default_value_t = 60)]
+    pub timeout_s: u64,
+}
+
+struct Shared {
+    next_seq: AtomicU64,
+    rows_limit: Option<u64>,
+    deadline: Option<Instant>,
+    acked: AtomicU64,
+    failed_rows: AtomicU64,
+    failed_requests: AtomicU64,
+    refused: AtomicU64,
+    errors: StdMutex<Vec<String>>,
+}
+
+impl Shared {
+    /// Claims the next batch of sequence numbers, or `None` when the run is over.
+    fn claim(&self, batch: u64) -> Option<(u64, u64)> {
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return None;
+        }
+        let first = self.next_seq.fetch_add(batch, Ordering::Relaxed);
+        match self.rows_limit {
+            Some(limit) if first >= limit => None,
+            Some(limit) => Some((first, batch.min(limit - first))),
+            None => Some((first, batch)),
+        }
+    }
+
+    fn fail(&self, rows: u64, message: String, refused: bool) {
+        self.failed_rows.fetch_add(rows, Ordering::Relaxed);
+        self.failed_requests.fetch_add(1, Ordering::Relaxed);
+        if refused {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Ok(mut errors) = self.errors.lock() {
+            if errors.len() < ERRORS_KEPT_MAX {
+                errors.push(message);
+            }
+        }
+    }
+}
+
+/// Runs a load and prints the JSON report on stdout.
+pub async fn run_load(args: LoadArgs) -> Result<()> {
+    let report = load(args).await?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    if report.persisted_equals_acked == Some(false) {
+        bail!("persisted rows differ from acknowledged rows");
+    }
+    Ok(())
+}
+
+/// Runs a load and returns its report.
+pub async fn load(args: LoadArgs) -> Result<LoadReport> {
+    if args.format != "msgpack" {
+        bail!("--format {:?}: supported formats are msgpack", args.format);
+    }
+    if args.batch_size == 0 || args.workers == 0 || args.hosts == 0 {
+        bail!("--batch-size, --workers and --hosts must be at least 1");
+    }
+    let rows_limit = match (args.rows, args.duration_s) {
+        (None, None) => Some(1_000_000),
+        (rows, _) => rows,
+    };
+    let start_ns = chrono::Utc::now()
+        .timestamp_nanos_opt()
+        .ok_or_else(|| anyhow!("clock out of range"))?;
+    let shape = Arc::new(BatchShape {
+        measurement: args.measurement.clone(),
+        hosts: args.hosts,
+        start_ns,
+        interval_ns: (args.interval_ms as i64) * 1_000_000,
+    });
+    let names = Arc::new(host_names(args.hosts));
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(args.timeout_s))
+        .pool_max_idle_per_host(args.workers)
+        .build()?;
+    let started = Instant::now();
+    let shared = Arc::new(Shared {
+        next_seq: AtomicU64::new(0),
+        rows_limit,
+        deadline: args
+            .duration_s
+            .map(|s| started + Duration::from_secs_f64(s)),
+        acked: AtomicU64::new(0),
+        failed_rows: AtomicU64::new(0),
+        failed_requests: AtomicU64::new(0),
+        refused: AtomicU64::new(0),
+        errors: StdMutex::new(Vec::new()),
+    });
+    let progress = match rows_limit {
+        Some(n) => ProgressBar::new(n),
+        None => ProgressBar::new((args.duration_s.unwrap_or(0.0) * 1000.0) as u64),
+    };
+    progress.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {msg}")
+            .map_err(|e| anyhow!("progress style: {e}"))?,
+    );
+    let url = format!("{}/api/v1/write/msgpack", args.url.trim_end_matches('/'));
+    let mut tasks = Vec::with_capacity(args.workers);
+    for _ in 0..args.workers {
+        let (client, shared, shape, names, url) = (
+            client.clone(),
+            shared.clone(),
+            shape.clone(),
+            names.clone(),
+            url.clone(),
+        );
+        let (token, database, batch_size) =
+            (args.token.clone(), args.database.clone(), args.batch_size);
+        tasks.push(tokio::spawn(async move {
+            let mut latencies: Vec<u32> = Vec::new();
+            while let Some((first, rows)) = shared.claim(batch_size) {
+                let body = encode_columnar_batch(&shape, &names, first, rows);
+                let mut request = client
+                    .post(&url)
+                    .header("content-type", "application/msgpack")
+                    .header("x-arc-database", &database)
+                    .body(body);
+                if let Some(t) = &token {
+                    request = request.bearer_auth(t);
+                }
+                let sent = Instant::now();
+                match request.send().await {
+                    Ok(response) if response.status().is_success() => {
+                        latencies.push(sent.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                        shared.acked.fetch_add(rows, Ordering::Relaxed);
+                    }
+                    Ok(response) => {
+                        let status = response.status();
+                        let refused = status.as_u16() == 429 || status.as_u16() == 503;
+                        let text = response.text().await.unwrap_or_default();
+                        shared.fail(
+                            rows,
+                            format!(
+                                "HTTP {status}: {}",
+                                text.chars().take(200).collect::<String>()
+                            ),
+                            refused,
+                        );
+                    }
+                    Err(e) => shared.fail(rows, format!("transport: {e}"), false),
+                }
+            }
+            latencies
+        }));
+    }
+    let ticker = {
+        let (shared, progress) = (shared.clone(), progress.clone());
+        let by_time = rows_limit.is_none();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                let acked = shared.acked.load(Ordering::Relaxed);
+                let secs = started.elapsed().as_secs_f64();
+                progress.set_position(if by_time {
+                    started.elapsed().as_millis() as u64
+                } else {
+                    acked
+                });
+                progress.set_message(format!(
+                    "{acked} acked, {:.0} rows/s, {} failed",
+                    acked as f64 / secs,
+                    shared.failed_rows.load(Ordering::Relaxed)
+                ));
+            }
+        })
+    };
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await.context("worker panicked")?);
+    }
+    ticker.abort();
+    progress.finish_and_clear();
+    let duration_s = started.elapsed().as_secs_f64();
+    let acked = shared.acked.load(Ordering::Relaxed);
+    let failed_rows = shared.failed_rows.load(Ordering::Relaxed);
+    let rows_sent = acked + failed_rows;
+    let mut report = LoadReport {
+        url: args.url.clone(),
+        format: args.format.clone(),
+        database: args.database.clone(),
+        measurement: args.measurement.clone(),
+        workers: args.workers,
+        batch_size: args.batch_size,
+        hosts: args.hosts,
+        duration_s,
+        offered_rows: rows_sent,
+        acked_rows: acked,
+        failed_rows,
+        failed_requests: shared.failed_requests.load(Ordering::Relaxed),
+        refused_requests: shared.refused.load(Ordering::Relaxed),
+        rows_per_s: acked as f64 / duration_s,
+        latency_ms: Latency::from_micros(latencies),
+        persisted_rows: None,
+        persisted_equals_acked: None,
+        errors: shared.errors.lock().map(|e| e.clone()).unwrap_or_default(),
+    };
+    if !args.no_verify {
+        let last_seq = shared.next_seq.load(Ordering::Relaxed);
+        let end_ns = shape.time_of(last_seq) + shape.interval_ns;
+        let persisted = count_rows(&client, &args, start_ns, end_ns).await?;
+        report.persisted_rows = Some(persisted);
+        report.persisted_equals_acked = Some(persisted == acked);
+    }
+    Ok(report)
+}
+
+/// Counts the rows of the run's time range through the query API.
+async fn count_rows(
+    client: &reqwest::Client,
+    args: &LoadArgs,
+    start_ns: i64,
+    end_ns: i64,
+) -> Result<u64> {
+    let sql = format!(
+        "SELECT count(*) AS n FROM \"{}\" WHERE time >= to_timestamp_nanos({start_ns}) AND time < to_timestamp_nanos({end_ns})",
+        args.measurement.replace('"', "\"\"")
+    );
+    let mut request = client
+        .post(format!("{}/api/v1/query", args.url.trim_end_matches('/')))
+        .header("x-arc-database", &args.database)
+        .json(&serde_json::json!({"sql": sql}));
+    if let Some(t) = &args.token {
+        request = request.bearer_auth(t);
+    }
+    let response = request.send().await.context("count query")?;
+    let status = response.status();
+    let body: serde_json::Value = response.json().await.context("count query answer")?;
+    if !status.is_success() {
+        bail!("count query failed: HTTP {status}: {body}");
+    }
+    body["data"][0][0]
+        .as_u64()
+        .ok_or_else(|| anyhow!("count query answered {body}"))
+}

@@ -1,0 +1,227 @@
+//! Token authentication (API.md, Authentication).
+//!
+//! Tokens are kept only as SHA-256 hashes in `<data-dir>/auth/tokens.json`. The first
+//! admin token comes from `QUIVER_BOOTSTRAP_TOKEN`; without it, and with no token yet,
+//! one is generated and written to `<data-dir>/auth/bootstrap-token` (mode 0600) — never
+//! only to a log. Accepted forms: `Authorization: Bearer|Token <t>`, `x-api-key: <t>`,
+//! and `?p=<t>` for InfluxDB 1.x clients.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use axum::http::HeaderMap;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// What a token may do; `Admin` implies the others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Permission {
+    /// Run queries.
+    Read,
+    /// Write rows.
+    Write,
+    /// Everything, including cluster management.
+    Admin,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct StoredToken {
+    name: String,
+    sha256: String,
+    permissions: Vec<Permission>,
+}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthError {
+    /// No token or an unknown one: 401.
+    Unauthenticated,
+    /// A valid token without the permission: 403.
+    Forbidden,
+}
+
+/// The node's token table, or nothing when authentication is off.
+#[derive(Debug, Clone)]
+pub struct Auth {
+    enabled: bool,
+    tokens: HashMap<String, Vec<Permission>>,
+}
+
+fn hash(token: &str) -> String {
+    let digest = Sha256::digest(token.as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Auth {
+    /// Authentication switched off (local development).
+    pub fn disabled() -> Auth {
+        Auth {
+            enabled: false,
+            tokens: HashMap::new(),
+        }
+    }
+
+    /// Loads the token table from `data_dir/auth`, adding the bootstrap admin token.
+    pub fn open(data_dir: &Path, bootstrap: Option<String>) -> Result<Auth> {
+        let dir = data_dir.join("auth");
+        std::fs::create_dir_all(&dir).with_context(|| format!("auth dir {}", dir.display()))?;
+        let file = dir.join("tokens.json");
+        let mut stored: Vec<StoredToken> = match std::fs::read(&file) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .with_context(|| format!("{} is not a token table", file.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", file.display())),
+        };
+        let mut changed = false;
+        match bootstrap.filter(|t| !t.is_empty()) {
+            Some(token) => {
+                let h = hash(&token);
+                if !stored.iter().any(|t| t.sha256 == h) {
+                    stored.push(StoredToken {
+                        name: "bootstrap".into(),
+                        sha256: h,
+                        permissions: vec![Permission::Admin],
+                    });
+                    changed = true;
+                }
+            }
+            None if stored.is_empty() => {
+                let token = generate_token();
+                let path = dir.join("bootstrap-token");
+                write_private(&path, token.as_bytes())?;
+                tracing::warn!(path = %path.display(), "generated the first admin token; read it from this file");
+                stored.push(StoredToken {
+                    name: "bootstrap".into(),
+                    sha256: hash(&token),
+                    permissions: vec![Permission::Admin],
+                });
+                changed = true;
+            }
+            None => {}
+        }
+        if changed {
+            write_private(&file, &serde_json::to_vec_pretty(&stored)?)?;
+        }
+        let tokens = stored
+            .into_iter()
+            .map(|t| (t.sha256, t.permissions))
+            .collect();
+        Ok(Auth {
+            enabled: true,
+            tokens,
+        })
+    }
+
+    /// Checks a request for `needed`.
+    pub fn check(
+        &self,
+        headers: &HeaderMap,
+        query_token: Option<&str>,
+        needed: Permission,
+    ) -> Result<(), AuthError> {
+        if !self.enabled {
+            return Ok(());
+        }
+        let token = token_from(headers)
+            .or(query_token)
+            .ok_or(AuthError::Unauthenticated)?;
+        let permissions = self
+            .tokens
+            .get(&hash(token))
+            .ok_or(AuthError::Unauthenticated)?;
+        if permissions
+            .iter()
+            .any(|p| *p == Permission::Admin || *p == needed)
+        {
+            Ok(())
+        } else {
+            Err(AuthError::Forbidden)
+        }
+    }
+}
+
+fn token_from(headers: &HeaderMap) -> Option<&str> {
+    if let Some(value) = headers.get("authorization").and_then(|v| v.to_str().ok()) {
+        let value = value.trim();
+        for scheme in ["Bearer ", "Token ", "bearer ", "token "] {
+            if let Some(t) = value.strip_prefix(scheme) {
+                return Some(t.trim());
+            }
+        }
+    }
+    headers
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+}
+
+fn generate_token() -> String {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    (0..32)
+        .map(|_| format!("{:02x}", rng.random::<u8>()))
+        .collect()
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bootstrap_token_is_stored_hashed_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let auth = Auth::open(dir.path(), Some("s3cret".into())).unwrap();
+        let stored = std::fs::read_to_string(dir.path().join("auth/tokens.json")).unwrap();
+        assert!(!stored.contains("s3cret"));
+        let mut h = HeaderMap::new();
+        assert_eq!(
+            auth.check(&h, None, Permission::Read),
+            Err(AuthError::Unauthenticated)
+        );
+        h.insert("authorization", "Bearer s3cret".parse().unwrap());
+        assert_eq!(auth.check(&h, None, Permission::Write), Ok(()));
+        assert_eq!(
+            auth.check(&HeaderMap::new(), Some("s3cret"), Permission::Admin),
+            Ok(())
+        );
+        assert_eq!(
+            auth.check(&HeaderMap::new(), Some("wrong"), Permission::Read),
+            Err(AuthError::Unauthenticated)
+        );
+    }
+
+    #[test]
+    fn a_generated_token_is_written_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let auth = Auth::open(dir.path(), None).unwrap();
+        let path = dir.path().join("auth/bootstrap-token");
+        let token = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let mut h = HeaderMap::new();
+        h.insert("x-api-key", token.parse().unwrap());
+        assert_eq!(auth.check(&h, None, Permission::Read), Ok(()));
+    }
+}

@@ -1,0 +1,487 @@
+//! The node's configuration: TOML file, then `QUIVER_<SECTION>_<KEY>` environment
+//! variables, then command-line flags (each beats the one before). Unknown keys and bad
+//! values fail at start with one line naming the setting.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+/// Sections a `QUIVER_<SECTION>_<KEY>` variable may name.
+const SECTIONS: [&str; 8] = [
+    "http", "storage", "wal", "cluster", "raft", "query", "auth", "log",
+];
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// HTTP listener and limits.
+    pub http: HttpConfig,
+    /// Data directory, buffers, flushes, Parquet.
+    pub storage: StorageSection,
+    /// Write-ahead log.
+    pub wal: WalSection,
+    /// Node identity and peers.
+    pub cluster: ClusterSection,
+    /// Raft timing.
+    pub raft: RaftSection,
+    /// Query limits.
+    pub query: QuerySection,
+    /// Authentication.
+    pub auth: AuthSection,
+    /// Logging.
+    pub log: LogSection,
+}
+
+/// `[http]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// Listen address.
+    pub addr: String,
+    /// Largest request body as sent.
+    pub body_bytes_max: usize,
+    /// Largest request body after decompression.
+    pub decompressed_bytes_max: usize,
+    /// Write requests being decoded or replicated at once; more get 429.
+    pub writes_in_flight_max: usize,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            addr: "127.0.0.1:8000".into(),
+            body_bytes_max: 64 * 1024 * 1024,
+            decompressed_bytes_max: 512 * 1024 * 1024,
+            writes_in_flight_max: 256,
+        }
+    }
+}
+
+/// `[storage]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StorageSection {
+    /// Data directory (Parquet, catalog, snapshots; the WAL too unless `wal.dir` is set).
+    pub dir: PathBuf,
+    /// Flush a measurement's buffer at this many rows.
+    pub flush_rows_max: usize,
+    /// ... or this many bytes.
+    pub flush_bytes_max: usize,
+    /// ... or when its oldest row is this old.
+    pub flush_age_ms: u64,
+    /// Memory all buffers may hold before writes get 503.
+    pub memory_bytes_max: usize,
+    /// zstd level of Parquet files.
+    pub parquet_zstd_level: i32,
+    /// Rows per Parquet row group at most.
+    pub parquet_row_group_rows_max: usize,
+}
+
+impl Default for StorageSection {
+    fn default() -> Self {
+        let d = quiver_storage::StorageConfig::default();
+        StorageSection {
+            dir: PathBuf::from("quiver-data"),
+            flush_rows_max: d.flush_rows_max,
+            flush_bytes_max: d.flush_bytes_max,
+            flush_age_ms: d.flush_age_ms,
+            memory_bytes_max: d.memory_bytes_max,
+            parquet_zstd_level: d.parquet.zstd_level,
+            parquet_row_group_rows_max: d.parquet.row_group_rows_max,
+        }
+    }
+}
+
+/// `[wal]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WalSection {
+    /// WAL directory; default `<storage.dir>/wal`.
+    pub dir: Option<PathBuf>,
+    /// `fsync`, `batch` or `none`.
+    pub sync: String,
+    /// fsync interval in `batch` mode.
+    pub sync_interval_ms: u64,
+    /// Segment size before rotation.
+    pub segment_bytes_max: u64,
+}
+
+impl Default for WalSection {
+    fn default() -> Self {
+        WalSection {
+            dir: None,
+            sync: "fsync".into(),
+            sync_interval_ms: 100,
+            segment_bytes_max: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// `[cluster]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterSection {
+    /// This node's id.
+    pub node_id: u64,
+    /// Static voters, `1=http://host:port,2=...`; empty: a single-voter cluster.
+    pub peers: String,
+    /// Shared secret for `/internal/` traffic.
+    pub secret: String,
+    /// Address others reach this node at; default: `http.addr`.
+    pub advertise_addr: Option<String>,
+}
+
+impl Default for ClusterSection {
+    fn default() -> Self {
+        ClusterSection {
+            node_id: 1,
+            peers: String::new(),
+            secret: String::new(),
+            advertise_addr: None,
+        }
+    }
+}
+
+/// `[raft]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RaftSection {
+    /// Leader heartbeat.
+    pub heartbeat_interval_ms: u64,
+    /// Election timeout, lower bound.
+    pub election_timeout_ms_min: u64,
+    /// Election timeout, upper bound.
+    pub election_timeout_ms_max: u64,
+    /// Least time between snapshots.
+    pub snapshot_interval_ms_min: u64,
+    /// How often the leader checks flush thresholds.
+    pub flush_check_interval_ms: u64,
+}
+
+impl Default for RaftSection {
+    fn default() -> Self {
+        let d = quiver_raft::RaftConfig::default();
+        RaftSection {
+            heartbeat_interval_ms: d.heartbeat_interval_ms,
+            election_timeout_ms_min: d.election_timeout_ms_min,
+            election_timeout_ms_max: d.election_timeout_ms_max,
+            snapshot_interval_ms_min: d.snapshot_interval_ms_min,
+            flush_check_interval_ms: d.flush_check_interval_ms,
+        }
+    }
+}
+
+/// `[query]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QuerySection {
+    /// Per-query timeout.
+    pub timeout_ms: u64,
+    /// Memory one query may use.
+    pub memory_bytes_max: usize,
+    /// Partitions (threads) per query; 0 = number of cores.
+    pub target_partitions: usize,
+}
+
+impl Default for QuerySection {
+    fn default() -> Self {
+        QuerySection {
+            timeout_ms: 30_000,
+            memory_bytes_max: 1024 * 1024 * 1024,
+            target_partitions: 0,
+        }
+    }
+}
+
+/// `[auth]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthSection {
+    /// Require tokens. Turn off for local development only.
+    pub enabled: bool,
+}
+
+impl Default for AuthSection {
+    fn default() -> Self {
+        AuthSection { enabled: true }
+    }
+}
+
+/// `[log]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogSection {
+    /// tracing filter, e.g. `info` or `quiver=debug,info`.
+    pub level: String,
+}
+
+impl Default for LogSection {
+    fn default() -> Self {
+        LogSection {
+            level: "info".into(),
+        }
+    }
+}
+
+/// Flags of `quiver serve` that override configuration keys.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// `--http-addr`
+    pub http_addr: Option<String>,
+    /// `--data-dir`
+    pub data_dir: Option<PathBuf>,
+    /// `--wal-dir`
+    pub wal_dir: Option<PathBuf>,
+    /// `--node-id`
+    pub node_id: Option<u64>,
+    /// `--peers`
+    pub peers: Option<String>,
+    /// `--auth none`
+    pub auth_disabled: bool,
+}
+
+impl Config {
+    /// Loads file → environment → flags, then validates.
+    pub fn load(
+        file: Option<&Path>,
+        env: impl Iterator<Item = (String, String)>,
+        flags: &Overrides,
+    ) -> Result<Config> {
+        let mut table: toml::Table = match file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("config file {}: cannot read", path.display()))?;
+                text.parse()
+                    .map_err(|e| anyhow!("config file {}: {e}", path.display()))?
+            }
+            None => toml::Table::new(),
+        };
+        apply_env(&mut table, env)?;
+        let mut config: Config = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| anyhow!("configuration: {}", e.message().trim()))?;
+        if let Some(a) = &flags.http_addr {
+            config.http.addr = a.clone();
+        }
+        if let Some(d) = &flags.data_dir {
+            config.storage.dir = d.clone();
+        }
+        if let Some(d) = &flags.wal_dir {
+            config.wal.dir = Some(d.clone());
+        }
+        if let Some(n) = flags.node_id {
+            config.cluster.node_id = n;
+        }
+        if let Some(p) = &flags.peers {
+            config.cluster.peers = p.clone();
+        }
+        if flags.auth_disabled {
+            config.auth.enabled = false;
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The WAL directory in effect.
+    pub fn wal_dir(&self) -> PathBuf {
+        self.wal
+            .dir
+            .clone()
+            .unwrap_or_else(|| self.storage.dir.join("wal"))
+    }
+
+    /// The parsed listen address.
+    pub fn http_addr(&self) -> Result<SocketAddr> {
+        self.http.addr.parse().map_err(|_| {
+            anyhow!(
+                "http.addr {:?} is not an address like 127.0.0.1:8000",
+                self.http.addr
+            )
+        })
+    }
+
+    /// The WAL sync mode.
+    pub fn wal_sync(&self) -> Result<quiver_wal::SyncMode> {
+        self.wal
+            .sync
+            .parse()
+            .map_err(|_| anyhow!("wal.sync {:?} must be fsync, batch or none", self.wal.sync))
+    }
+
+    fn validate(&self) -> Result<()> {
+        self.http_addr()?;
+        self.wal_sync()?;
+        if self.cluster.node_id == 0 {
+            bail!("cluster.node_id must be at least 1");
+        }
+        if !self.cluster.peers.trim().is_empty() {
+            bail!("cluster.peers: multi-node clusters are not available in this build yet; run without --peers");
+        }
+        if self.raft.election_timeout_ms_min <= self.raft.heartbeat_interval_ms
+            || self.raft.election_timeout_ms_max <= self.raft.election_timeout_ms_min
+        {
+            bail!("raft: need heartbeat_interval_ms < election_timeout_ms_min < election_timeout_ms_max");
+        }
+        if !(1..=22).contains(&self.storage.parquet_zstd_level) {
+            bail!("storage.parquet_zstd_level must be 1 to 22");
+        }
+        for (name, value) in [
+            ("storage.flush_rows_max", self.storage.flush_rows_max as u64),
+            (
+                "storage.flush_bytes_max",
+                self.storage.flush_bytes_max as u64,
+            ),
+            (
+                "storage.memory_bytes_max",
+                self.storage.memory_bytes_max as u64,
+            ),
+            ("http.body_bytes_max", self.http.body_bytes_max as u64),
+            (
+                "http.decompressed_bytes_max",
+                self.http.decompressed_bytes_max as u64,
+            ),
+            (
+                "http.writes_in_flight_max",
+                self.http.writes_in_flight_max as u64,
+            ),
+            ("wal.segment_bytes_max", self.wal.segment_bytes_max),
+            ("query.timeout_ms", self.query.timeout_ms),
+            ("query.memory_bytes_max", self.query.memory_bytes_max as u64),
+        ] {
+            if value == 0 {
+                bail!("{name} must be greater than 0");
+            }
+        }
+        check_dir("storage.dir", &self.storage.dir, 0)?;
+        check_dir("wal.dir", &self.wal_dir(), 2 * self.wal.segment_bytes_max)?;
+        Ok(())
+    }
+}
+
+/// Creates `dir` if needed and proves it writable with enough free space.
+fn check_dir(setting: &str, dir: &Path, free_bytes_min: u64) -> Result<()> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| anyhow!("{setting} {}: cannot create: {e}", dir.display()))?;
+    let probe = dir.join(".quiver-write-probe");
+    std::fs::write(&probe, b"probe")
+        .map_err(|e| anyhow!("{setting} {}: not writable: {e}", dir.display()))?;
+    let _ = std::fs::remove_file(&probe);
+    if free_bytes_min > 0 {
+        let free = fs2::available_space(dir)
+            .map_err(|e| anyhow!("{setting} {}: cannot read free space: {e}", dir.display()))?;
+        if free < free_bytes_min {
+            bail!(
+                "{setting} {}: only {free} bytes free, need at least {free_bytes_min} (disk full?)",
+                dir.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Applies `QUIVER_<SECTION>_<KEY>=value` variables to the TOML table.
+fn apply_env(table: &mut toml::Table, env: impl Iterator<Item = (String, String)>) -> Result<()> {
+    for (name, value) in env {
+        let Some(rest) = name.strip_prefix("QUIVER_") else {
+            continue;
+        };
+        let lower = rest.to_ascii_lowercase();
+        let Some(section) = SECTIONS
+            .iter()
+            .find(|s| lower.starts_with(&format!("{s}_")))
+        else {
+            continue;
+        };
+        let key = &lower[section.len() + 1..];
+        if key.is_empty() {
+            continue;
+        }
+        let parsed = parse_env_value(&value);
+        let entry = table
+            .entry(section.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        let toml::Value::Table(section_table) = entry else {
+            bail!("config: [{section}] is not a table");
+        };
+        section_table.insert(key.to_string(), parsed);
+    }
+    Ok(())
+}
+
+fn parse_env_value(value: &str) -> toml::Value {
+    if let Ok(i) = value.parse::<i64>() {
+        return toml::Value::Integer(i);
+    }
+    match value {
+        "true" => toml::Value::Boolean(true),
+        "false" => toml::Value::Boolean(false),
+        _ => toml::Value::String(value.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn flags_beat_env_and_env_beats_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("q.toml");
+        std::fs::write(
+            &file,
+            format!(
+                "[storage]\ndir = {:?}\n[wal]\nsync = \"none\"\n[http]\naddr = \"127.0.0.1:1\"\n",
+                dir.path().join("d")
+            ),
+        )
+        .unwrap();
+        let e = env(&[
+            ("QUIVER_WAL_SYNC", "batch"),
+            ("QUIVER_HTTP_ADDR", "127.0.0.1:2"),
+        ]);
+        let flags = Overrides {
+            http_addr: Some("127.0.0.1:3".into()),
+            ..Default::default()
+        };
+        let c = Config::load(Some(&file), e.into_iter(), &flags).unwrap();
+        assert_eq!(c.wal.sync, "batch");
+        assert_eq!(c.http.addr, "127.0.0.1:3");
+        assert_eq!(c.wal_dir(), dir.path().join("d").join("wal"));
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_name_the_setting() {
+        let dir = tempfile::tempdir().unwrap();
+        let flags = Overrides {
+            data_dir: Some(dir.path().to_path_buf()),
+            ..Default::default()
+        };
+        let err =
+            Config::load(None, env(&[("QUIVER_WAL_SYNK", "x")]).into_iter(), &flags).unwrap_err();
+        assert!(err.to_string().contains("synk"), "{err}");
+        let err = Config::load(
+            None,
+            env(&[("QUIVER_WAL_SYNC", "sometimes")]).into_iter(),
+            &flags,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("wal.sync"), "{err}");
+        let err = Config::load(
+            None,
+            env(&[("QUIVER_HTTP_ADDR", "nowhere")]).into_iter(),
+            &flags,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("http.addr"), "{err}");
+    }
+}

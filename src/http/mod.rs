@@ -1,0 +1,73 @@
+//! The HTTP API (API.md): one file per group of endpoints, this one wires the router.
+
+mod body;
+mod error;
+mod ops;
+mod query;
+mod write;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::routing::{get, post};
+use axum::Router;
+use metrics_exporter_prometheus::PrometheusHandle;
+use quiver_query::QueryEngine;
+use quiver_raft::RaftNode;
+use quiver_storage::Storage;
+use tokio::sync::Semaphore;
+
+use crate::auth::Auth;
+use crate::config::Config;
+
+/// Everything a handler needs; cheap to clone.
+#[derive(Clone)]
+pub struct AppState(Arc<AppInner>);
+
+/// The shared state behind [`AppState`].
+pub struct AppInner {
+    /// The Raft node (writes, status).
+    pub node: RaftNode,
+    /// Storage (schema checks, measurements, overload).
+    pub storage: Arc<Storage>,
+    /// SQL engine.
+    pub query: QueryEngine,
+    /// Tokens.
+    pub auth: Auth,
+    /// Configuration in effect.
+    pub config: Config,
+    /// Bounds writes in flight (429 beyond).
+    pub write_permits: Arc<Semaphore>,
+    /// Start time, for `/health`.
+    pub started: Instant,
+    /// Renders `/metrics`.
+    pub prometheus: PrometheusHandle,
+}
+
+impl std::ops::Deref for AppState {
+    type Target = AppInner;
+    fn deref(&self) -> &AppInner {
+        &self.0
+    }
+}
+
+impl AppState {
+    /// Wraps the shared state.
+    pub fn new(inner: AppInner) -> Self {
+        AppState(Arc::new(inner))
+    }
+}
+
+/// The router of every public endpoint.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/health", get(ops::health))
+        .route("/ready", get(ops::ready))
+        .route("/metrics", get(ops::metrics))
+        .route("/api/v1/write/msgpack", post(write::write_msgpack))
+        .route("/api/v1/query", post(query::query_json))
+        .route("/api/v1/query/arrow", post(query::query_arrow))
+        .route("/api/v1/measurements", get(ops::measurements))
+        .route("/api/v1/cluster/status", get(ops::cluster_status))
+        .with_state(state)
+}

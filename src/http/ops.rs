@@ -1,0 +1,131 @@
+//! Operations endpoints: health, readiness, Prometheus metrics, the measurements list
+//! and this node's Raft status.
+
+use std::collections::HashMap;
+
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+
+use super::error::ApiError;
+use super::AppState;
+use crate::auth::Permission;
+
+/// `GET /health`: the process is up.
+pub async fn health(State(app): State<AppState>) -> Json<Value> {
+    Json(json!({
+        "status": "ok",
+        "uptime_sec": app.started.elapsed().as_secs(),
+        "version": env!("CARGO_PKG_VERSION"),
+    }))
+}
+
+/// `GET /ready`: 200 once the log is replayed and a leader is known.
+pub async fn ready(State(app): State<AppState>) -> Response {
+    if app.node.is_ready() {
+        (StatusCode::OK, Json(json!({"status": "ready"}))).into_response()
+    } else {
+        let mut r = (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": "not ready", "success": false, "error": "replaying the log or no leader yet"}))).into_response();
+        r.headers_mut().insert(header::RETRY_AFTER, 1.into());
+        r
+    }
+}
+
+/// `GET /metrics`: Prometheus text format.
+pub async fn metrics(State(app): State<AppState>) -> Response {
+    crate::telemetry::refresh_gauges(&app);
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        app.prometheus.render(),
+    )
+        .into_response()
+}
+
+fn rfc3339(ns: Option<i64>) -> Value {
+    match ns {
+        Some(ns) => Value::String(
+            chrono::DateTime::from_timestamp_nanos(ns)
+                .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
+        ),
+        None => Value::Null,
+    }
+}
+
+/// `GET /api/v1/measurements?database=`: tables with their file counts and time range.
+pub async fn measurements(
+    State(app): State<AppState>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    app.auth.check(
+        &headers,
+        params.get("p").map(String::as_str),
+        Permission::Read,
+    )?;
+    let database = params
+        .get("database")
+        .or_else(|| params.get("db"))
+        .map(String::as_str);
+    let list: Vec<Value> = app
+        .storage
+        .summaries(database)
+        .into_iter()
+        .map(|s| {
+            json!({
+                "database": s.key.database,
+                "measurement": s.key.measurement,
+                "file_count": s.file_count,
+                "total_size_mb": s.file_bytes as f64 / (1024.0 * 1024.0),
+                "row_count": s.rows,
+                "min_time": rfc3339(s.time_min),
+                "max_time": rfc3339(s.time_max),
+            })
+        })
+        .collect();
+    Ok(Json(Value::Array(list)))
+}
+
+/// `GET /api/v1/cluster/status`: role, term, leader, log and apply positions.
+pub async fn cluster_status(
+    State(app): State<AppState>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    app.auth.check(
+        &headers,
+        params.get("p").map(String::as_str),
+        Permission::Read,
+    )?;
+    let m = app.node.raft.metrics().borrow().clone();
+    let role = format!("{:?}", m.state).to_lowercase();
+    let followers: Vec<Value> = match &m.replication {
+        Some(r) => r
+            .iter()
+            .filter(|(id, _)| **id != m.id)
+            .map(|(id, matched)| {
+                let matched_index = matched.map(|l| l.index);
+                let lag = m.last_log_index.unwrap_or(0).saturating_sub(matched_index.unwrap_or(0));
+                json!({"node_id": id, "matched_index": matched_index, "lag_entries": lag, "attached": lag == 0})
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    let wal = app.node.log.wal().stats();
+    Ok(Json(json!({
+        "success": true,
+        "node_id": m.id,
+        "role": role,
+        "term": m.current_term,
+        "leader": m.current_leader,
+        "last_log_index": m.last_log_index,
+        "commit_index": app.node.log.committed().map(|l| l.index),
+        "applied_index": m.last_applied.map(|l| l.index),
+        "snapshot_index": m.snapshot.map(|l| l.index),
+        "purged_index": m.purged.map(|l| l.index),
+        "wal": {"bytes_on_disk": wal.bytes_on_disk, "segments": wal.segments, "fsyncs": wal.fsyncs, "appends": wal.appends},
+        "members": m.membership_config.membership().voter_ids().collect::<Vec<_>>(),
+        "followers": followers,
+    })))
+}

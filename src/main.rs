@@ -1,0 +1,54 @@
+//! The `quiver` binary: parses flags and hands off. Errors become one line and exit 1.
+
+mod auth;
+mod cli;
+mod config;
+mod http;
+mod node;
+mod telemetry;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command, SizingCommand};
+use crate::config::{Config, Overrides};
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => run_serve(args),
+        Command::Sizing {
+            command: SizingCommand::Load(args),
+        } => run_async(quiver_sizing::run_load(args)),
+    };
+    if let Err(e) = result {
+        eprintln!("quiver: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run_async<F: std::future::Future<Output = anyhow::Result<()>>>(f: F) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(f)
+}
+
+fn run_serve(args: cli::ServeArgs) -> anyhow::Result<()> {
+    // QUIVER_AUTH_ENABLED=false reaches auth.enabled through the environment layer.
+    let auth_disabled = match args.auth.as_deref() {
+        None => false,
+        Some("none") => true,
+        Some(other) => anyhow::bail!("--auth {other:?}: the only value is `none`"),
+    };
+    let overrides = Overrides {
+        http_addr: args.http_addr,
+        data_dir: args.data_dir,
+        wal_dir: args.wal_dir,
+        node_id: args.node_id,
+        peers: args.peers,
+        auth_disabled,
+    };
+    let config = Config::load(args.config.as_deref(), std::env::vars(), &overrides)?;
+    telemetry::init_logging(&config.log.level);
+    run_async(node::serve(config))
+}

@@ -1,0 +1,144 @@
+//! `quiver serve`: builds storage → Raft → query engine → HTTP, runs until SIGTERM or
+//! Ctrl-C, then stops accepting, finishes in-flight requests and exits cleanly.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use quiver_query::{QueryConfig, QueryEngine};
+use quiver_raft::{RaftConfig, RaftNode};
+use quiver_storage::{ParquetSettings, Storage, StorageConfig};
+use quiver_wal::WalConfig;
+use tokio::sync::Semaphore;
+
+use crate::auth::Auth;
+use crate::config::Config;
+use crate::http::{router, AppInner, AppState};
+
+/// Runs a node until it is told to stop.
+pub async fn serve(config: Config) -> Result<()> {
+    let started = Instant::now();
+    let prometheus = crate::telemetry::init_metrics()?;
+    let addr = config.http_addr()?;
+    let sync = config.wal_sync()?;
+    if sync == quiver_wal::SyncMode::None {
+        tracing::warn!("wal.sync = none: the log is never fsynced; acknowledged writes can be lost on an OS crash or power loss. For benchmarks only.");
+    }
+    let data_dir = config.storage.dir.clone();
+    let storage_config = StorageConfig {
+        dir: data_dir.clone(),
+        flush_rows_max: config.storage.flush_rows_max,
+        flush_bytes_max: config.storage.flush_bytes_max,
+        flush_age_ms: config.storage.flush_age_ms,
+        memory_bytes_max: config.storage.memory_bytes_max,
+        parquet: ParquetSettings {
+            zstd_level: config.storage.parquet_zstd_level,
+            row_group_rows_max: config.storage.parquet_row_group_rows_max,
+        },
+    };
+    let storage = Arc::new(
+        Storage::open(storage_config)
+            .await
+            .context("opening storage")?,
+    );
+    let report = storage.open_report();
+    if let Some(reason) = &report.catalog.rebuilt_because {
+        tracing::warn!(%reason, files = report.catalog.files, "catalog was rebuilt from the Parquet files");
+    }
+    let raft_config = RaftConfig {
+        node_id: config.cluster.node_id,
+        advertise_addr: config
+            .cluster
+            .advertise_addr
+            .clone()
+            .unwrap_or_else(|| config.http.addr.clone()),
+        data_dir: data_dir.clone(),
+        wal: WalConfig {
+            dir: config.wal_dir(),
+            sync,
+            sync_interval_ms: config.wal.sync_interval_ms,
+            segment_bytes_max: config.wal.segment_bytes_max,
+            ..WalConfig::default()
+        },
+        heartbeat_interval_ms: config.raft.heartbeat_interval_ms,
+        election_timeout_ms_min: config.raft.election_timeout_ms_min,
+        election_timeout_ms_max: config.raft.election_timeout_ms_max,
+        snapshot_interval_ms_min: config.raft.snapshot_interval_ms_min,
+        flush_check_interval_ms: config.raft.flush_check_interval_ms,
+    };
+    let node = RaftNode::start(raft_config, storage.clone())
+        .await
+        .context("starting raft")?;
+    let background = node.spawn_background();
+    let auth = if config.auth.enabled {
+        Auth::open(&data_dir, std::env::var("QUIVER_BOOTSTRAP_TOKEN").ok())?
+    } else {
+        tracing::warn!("authentication is OFF (--auth none): for local development only");
+        Auth::disabled()
+    };
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2);
+    let query = QueryEngine::new(
+        storage.clone(),
+        QueryConfig {
+            target_partitions: if config.query.target_partitions == 0 {
+                cores
+            } else {
+                config.query.target_partitions
+            },
+            timeout_ms: config.query.timeout_ms,
+            memory_bytes_max: config.query.memory_bytes_max,
+            ..QueryConfig::default()
+        },
+    );
+    let state = AppState::new(AppInner {
+        node: node.clone(),
+        storage: storage.clone(),
+        query,
+        auth,
+        write_permits: Arc::new(Semaphore::new(config.http.writes_in_flight_max)),
+        config: config.clone(),
+        started,
+        prometheus,
+    });
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("http.addr {addr}: cannot listen"))?;
+    tracing::info!(%addr, data_dir = %data_dir.display(), wal_dir = %config.wal_dir().display(), wal_sync = %sync, ms = started.elapsed().as_millis() as u64, "quiver is serving");
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .context("http server")?;
+    tracing::info!("stopping: in-flight requests finished");
+    node.shutdown().await;
+    for task in background {
+        task.abort();
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+    tracing::info!("shutdown requested");
+}

@@ -1,0 +1,47 @@
+//! Logs (tracing) and metrics (the `metrics` crate, rendered for Prometheus).
+
+use anyhow::{anyhow, Result};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tracing_subscriber::EnvFilter;
+
+use crate::http::AppState;
+
+/// Installs the log subscriber; `RUST_LOG` beats the configured level.
+pub fn init_logging(level: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .try_init();
+}
+
+/// Installs the Prometheus recorder and returns the handle that renders it.
+pub fn init_metrics() -> Result<PrometheusHandle> {
+    PrometheusBuilder::new()
+        .install_recorder()
+        .map_err(|e| anyhow!("metrics recorder: {e}"))
+}
+
+/// Sets gauges from current state (called on every scrape).
+pub fn refresh_gauges(app: &AppState) {
+    let s = app.storage.stats();
+    metrics::gauge!("quiver_buffer_rows").set(s.active_rows as f64);
+    metrics::gauge!("quiver_buffer_bytes").set(s.memory_bytes as f64);
+    metrics::gauge!("quiver_frozen_segments").set(s.frozen_segments as f64);
+    metrics::gauge!("quiver_parquet_files").set(s.files as f64);
+    metrics::gauge!("quiver_parquet_bytes").set(s.file_bytes as f64);
+    metrics::gauge!("quiver_parquet_rows").set(s.file_rows as f64);
+    let w = app.node.log.wal().stats();
+    metrics::gauge!("quiver_wal_bytes_on_disk").set(w.bytes_on_disk as f64);
+    metrics::gauge!("quiver_wal_segments").set(w.segments as f64);
+    let m = app.node.raft.metrics().borrow().clone();
+    metrics::gauge!("quiver_raft_term").set(m.current_term as f64);
+    metrics::gauge!("quiver_raft_last_log_index").set(m.last_log_index.unwrap_or(0) as f64);
+    metrics::gauge!("quiver_raft_applied_index")
+        .set(m.last_applied.map(|l| l.index).unwrap_or(0) as f64);
+    metrics::gauge!("quiver_raft_is_leader").set(if m.current_leader == Some(m.id) {
+        1.0
+    } else {
+        0.0
+    });
+}

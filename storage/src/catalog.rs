@@ -1,0 +1,294 @@
+//! The sled catalog: an index over the Parquet files, never the truth.
+//!
+//! Every file describes itself ([`FileMeta`] in its footer), so whenever sled cannot be
+//! opened, holds entries it cannot parse, or disagrees with the files in the object
+//! store, the catalog is rebuilt from the footers and the node says so. Files of a
+//! segment whose sibling files are missing (a crash mid-flush) are deleted: the log
+//! still holds their rows and the flush is replayed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::{FutureExt, TryStreamExt};
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt};
+use parquet::arrow::async_reader::MetadataFetch;
+use parquet::errors::ParquetError;
+use parquet::file::metadata::ParquetMetaDataReader;
+
+use crate::error::{Error, Result};
+use crate::meta::{FileMeta, FILE_META_KEY, FILE_META_VERSION};
+use crate::paths::DATA_PREFIX;
+
+const FILES_TREE: &str = "files";
+
+/// What opening the catalog found; surfaced in logs and tests.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CatalogReport {
+    /// Why the catalog was rebuilt from the files, if it was.
+    pub rebuilt_because: Option<String>,
+    /// Files of incomplete segments that were deleted.
+    pub incomplete_files_deleted: Vec<String>,
+    /// Files listed.
+    pub files: usize,
+}
+
+/// The sled-backed index of Parquet files.
+pub struct Catalog {
+    db: sled::Db,
+    files: sled::Tree,
+}
+
+impl Catalog {
+    /// Opens the catalog in `dir`, checks it against the files in `store`, and rebuilds
+    /// it when needed. Returns every complete file's metadata.
+    pub async fn open(
+        dir: &Path,
+        store: &Arc<dyn ObjectStore>,
+    ) -> Result<(Catalog, Vec<FileMeta>, CatalogReport)> {
+        let listed = list_files(store).await?;
+        let mut report = CatalogReport::default();
+        let existing = match open_sled(dir) {
+            Ok(catalog) => match catalog.read_all() {
+                Ok(entries) => match agree(&entries, &listed) {
+                    None => Some((catalog, entries)),
+                    Some(reason) => {
+                        report.rebuilt_because = Some(reason);
+                        drop(catalog);
+                        None
+                    }
+                },
+                Err(e) => {
+                    report.rebuilt_because = Some(format!("entries unreadable: {e}"));
+                    drop(catalog);
+                    None
+                }
+            },
+            Err(e) => {
+                report.rebuilt_because = Some(format!("sled failed to open: {e}"));
+                None
+            }
+        };
+        let (catalog, entries) = match existing {
+            Some(found) => found,
+            None => {
+                let reason = report.rebuilt_because.clone().unwrap_or_default();
+                tracing::warn!(dir = %dir.display(), %reason, files = listed.len(), "rebuilding the catalog from the Parquet files");
+                let mut entries = Vec::with_capacity(listed.len());
+                for (path, size) in &listed {
+                    entries.push(read_footer(store, path, *size).await?);
+                }
+                reset_dir(dir)?;
+                let catalog = open_sled(dir)?;
+                catalog.insert(&entries)?;
+                (catalog, entries)
+            }
+        };
+        let (complete, incomplete) = split_incomplete(entries);
+        for meta in &incomplete {
+            tracing::warn!(path = %meta.path, "deleting a file of an incompletely written segment; the log replays it");
+            store.delete(&ObjectPath::from(meta.path.as_str())).await?;
+            catalog.remove(&meta.path)?;
+            report.incomplete_files_deleted.push(meta.path.clone());
+        }
+        report.files = complete.len();
+        Ok((catalog, complete, report))
+    }
+
+    fn read_all(&self) -> Result<Vec<FileMeta>> {
+        let mut out = Vec::new();
+        for item in self.files.iter() {
+            let (_, value) = item.map_err(|e| Error::Catalog(e.to_string()))?;
+            let meta: FileMeta =
+                serde_json::from_slice(&value).map_err(|e| Error::Catalog(e.to_string()))?;
+            out.push(meta);
+        }
+        Ok(out)
+    }
+
+    /// Records newly written files, durably, in one batch.
+    pub fn insert(&self, metas: &[FileMeta]) -> Result<()> {
+        let mut batch = sled::Batch::default();
+        for meta in metas {
+            let value = serde_json::to_vec(meta).map_err(|e| Error::Catalog(e.to_string()))?;
+            batch.insert(meta.path.as_bytes(), value);
+        }
+        self.files
+            .apply_batch(batch)
+            .map_err(|e| Error::Catalog(e.to_string()))?;
+        self.db.flush().map_err(|e| Error::Catalog(e.to_string()))?;
+        Ok(())
+    }
+
+    /// Forgets a file.
+    pub fn remove(&self, path: &str) -> Result<()> {
+        self.files
+            .remove(path.as_bytes())
+            .map_err(|e| Error::Catalog(e.to_string()))?;
+        Ok(())
+    }
+}
+
+fn open_sled(dir: &Path) -> Result<Catalog> {
+    // sled can panic on some corrupt files instead of returning an error; a catalog is
+    // never worth a crash, so treat a panic as "unopenable" and rebuild.
+    let dir_owned = dir.to_path_buf();
+    let opened = std::panic::catch_unwind(move || -> Result<Catalog> {
+        let db = sled::Config::new()
+            .path(&dir_owned)
+            .open()
+            .map_err(|e| Error::Catalog(e.to_string()))?;
+        let files = db
+            .open_tree(FILES_TREE)
+            .map_err(|e| Error::Catalog(e.to_string()))?;
+        Ok(Catalog { db, files })
+    });
+    match opened {
+        Ok(result) => result,
+        Err(_) => Err(Error::Catalog("sled panicked while opening".into())),
+    }
+}
+
+fn reset_dir(dir: &Path) -> Result<()> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).map_err(|source| Error::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// Every Parquet file under the data prefix, with its size.
+async fn list_files(store: &Arc<dyn ObjectStore>) -> Result<BTreeMap<String, u64>> {
+    let prefix = ObjectPath::from(DATA_PREFIX);
+    let objects: Vec<object_store::ObjectMeta> = store.list(Some(&prefix)).try_collect().await?;
+    Ok(objects
+        .into_iter()
+        .filter(|o| o.location.as_ref().ends_with(".parquet"))
+        .map(|o| (o.location.to_string(), o.size))
+        .collect())
+}
+
+/// Why the catalog's entries and the files disagree, if they do.
+fn agree(entries: &[FileMeta], listed: &BTreeMap<String, u64>) -> Option<String> {
+    let mut seen = BTreeSet::new();
+    for meta in entries {
+        match listed.get(&meta.path) {
+            None => return Some(format!("catalog lists {} which does not exist", meta.path)),
+            Some(&size) if size != meta.size_bytes => {
+                return Some(format!(
+                    "{} is {size} bytes, catalog says {}",
+                    meta.path, meta.size_bytes
+                ))
+            }
+            Some(_) => {}
+        }
+        seen.insert(meta.path.as_str());
+    }
+    listed
+        .keys()
+        .find(|p| !seen.contains(p.as_str()))
+        .map(|p| format!("{p} is not in the catalog"))
+}
+
+/// Reads a file's self-description from its footer.
+pub(crate) async fn read_footer(
+    store: &Arc<dyn ObjectStore>,
+    path: &str,
+    size: u64,
+) -> Result<FileMeta> {
+    let fetch = StoreFetch {
+        store: store.clone(),
+        path: ObjectPath::from(path),
+    };
+    let metadata = ParquetMetaDataReader::new()
+        .load_and_finish(fetch, size)
+        .await?;
+    let value = metadata
+        .file_metadata()
+        .key_value_metadata()
+        .and_then(|kv| kv.iter().find(|k| k.key == FILE_META_KEY))
+        .and_then(|k| k.value.clone())
+        .ok_or_else(|| Error::Corrupt {
+            path: path.to_string(),
+            reason: format!("no {FILE_META_KEY} metadata"),
+        })?;
+    let meta: FileMeta = serde_json::from_str(&value).map_err(|e| Error::Corrupt {
+        path: path.to_string(),
+        reason: format!("bad {FILE_META_KEY}: {e}"),
+    })?;
+    if meta.version != FILE_META_VERSION {
+        return Err(Error::Corrupt {
+            path: path.to_string(),
+            reason: format!(
+                "file metadata version {} (this build reads {FILE_META_VERSION})",
+                meta.version
+            ),
+        });
+    }
+    if meta.path != path {
+        return Err(Error::Corrupt {
+            path: path.to_string(),
+            reason: format!("file says it is {}", meta.path),
+        });
+    }
+    Ok(FileMeta {
+        size_bytes: size,
+        ..meta
+    })
+}
+
+/// Reads byte ranges of one object for the footer reader.
+struct StoreFetch {
+    store: Arc<dyn ObjectStore>,
+    path: ObjectPath,
+}
+
+impl MetadataFetch for StoreFetch {
+    fn fetch(
+        &mut self,
+        range: std::ops::Range<u64>,
+    ) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
+        async move {
+            self.store
+                .get_range(&self.path, range)
+                .await
+                .map_err(|e| ParquetError::External(Box::new(e)))
+        }
+        .boxed()
+    }
+}
+
+/// Splits files into those of complete segments and those whose siblings are missing.
+fn split_incomplete(entries: Vec<FileMeta>) -> (Vec<FileMeta>, Vec<FileMeta>) {
+    let mut counts: BTreeMap<(String, String, u64, u64), u32> = BTreeMap::new();
+    for m in &entries {
+        *counts
+            .entry((
+                m.database.clone(),
+                m.measurement.clone(),
+                m.log_first.0,
+                m.log_last.0,
+            ))
+            .or_default() += 1;
+    }
+    entries.into_iter().partition(|m| {
+        counts
+            .get(&(
+                m.database.clone(),
+                m.measurement.clone(),
+                m.log_first.0,
+                m.log_last.0,
+            ))
+            .is_some_and(|&n| n == m.segment_files)
+    })
+}
+
+/// The directory of the catalog inside the storage directory.
+pub fn catalog_dir(storage_dir: &Path) -> PathBuf {
+    storage_dir.join("catalog")
+}

@@ -1,0 +1,58 @@
+//! The one error type of quiver-storage.
+
+use std::path::PathBuf;
+
+/// Why a storage operation failed. Variants split by who must act: the client (bad
+/// input), the operator (disk, corruption) or the developer (a bug).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A database or measurement name breaks the naming rules.
+    #[error("{0}")]
+    InvalidName(String),
+    /// The payload could not be decoded; the message names the problem (column, row).
+    #[error("invalid payload: {0}")]
+    InvalidPayload(String),
+    /// A column arrived with a type other than the one the measurement already has.
+    #[error("schema conflict in {measurement}: column {column:?} is {existing}, got {got}")]
+    SchemaConflict {
+        /// Measurement the conflict is in.
+        measurement: String,
+        /// Column that conflicts.
+        column: String,
+        /// Type already stored.
+        existing: String,
+        /// Type that was offered.
+        got: String,
+    },
+    /// Arrow failed to build, encode or decode a batch.
+    #[error("arrow: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+    /// Parquet encoding or decoding failed.
+    #[error("parquet: {0}")]
+    Parquet(#[from] parquet::errors::ParquetError),
+    /// The object store refused a read or write.
+    #[error("object store: {0}")]
+    ObjectStore(#[from] object_store::Error),
+    /// A local file operation failed.
+    #[error("io error on {path}: {source}")]
+    Io {
+        /// File or directory involved.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The sled catalog failed; callers rebuild it from the Parquet files.
+    #[error("catalog: {0}")]
+    Catalog(String),
+    /// A file that storage wrote earlier no longer reads back as written.
+    #[error("corrupt file {path}: {reason}")]
+    Corrupt {
+        /// File involved.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// Result with the storage [`enum@Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,47 @@
+//! quiver-storage: Quiver's data model and everything between decoded rows and Parquet.
+//!
+//! It decodes MessagePack and line protocol into validated Arrow batches, keeps the
+//! in-memory buffer per (database, measurement), freezes it into segments when a flush
+//! entry is applied, writes segments as Parquet through `object_store`, and keeps the
+//! sled catalog that indexes those files. It knows nothing of Raft: callers hand it log
+//! indexes and it records them, so that the log and the files together are the truth.
+#![deny(missing_docs)]
+
+mod catalog;
+mod error;
+mod ids;
+mod image;
+mod ipc;
+mod meta;
+mod msgpack;
+mod parquet_encode;
+mod paths;
+mod rows;
+mod schema;
+mod store;
+mod table;
+mod table_state;
+
+pub use catalog::CatalogReport;
+pub use error::{Error, Result};
+pub use ids::{
+    validate_database_name, validate_measurement_name, LogIndex, TimestampNs,
+    DATABASE_NAME_CHARS_MAX, MEASUREMENT_NAME_BYTES_MAX,
+};
+pub use image::{read_image, write_image};
+pub use ipc::{decode_batch, encode_batch};
+pub use meta::{ColumnMeta, FileMeta, FILE_META_KEY};
+pub use msgpack::decode_msgpack;
+pub use parquet_encode::ParquetSettings;
+pub use paths::parquet_path;
+pub use rows::{FieldValue, RowBatchBuilder, RowError};
+pub use schema::{
+    canonical_schema, conform, tag_type, ColumnKind, FieldType, MeasurementSchema, TIME_COLUMN,
+    TIME_TYPE,
+};
+pub use store::{
+    MemoryImage, OpenReport, Storage, StorageConfig, StorageStats, TableImage, TableKey,
+    TableSummary,
+};
+pub use table::{ParquetFileRef, TableSnapshot, TableSource};
+pub use table_state::{Buffered, Frozen};

@@ -1,0 +1,76 @@
+//! What every Parquet file says about itself, so the catalog can be rebuilt from files.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{LogIndex, TimestampNs};
+use crate::schema::{ColumnKind, FieldType};
+
+/// Key under which [`FileMeta`] is stored in a Parquet file's key-value metadata.
+pub const FILE_META_KEY: &str = "quiver.file";
+/// Version of the [`FileMeta`] encoding; bumped on any incompatible change.
+pub const FILE_META_VERSION: u32 = 1;
+
+/// A column as recorded in file metadata.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColumnMeta {
+    /// Column name.
+    pub name: String,
+    /// `tag`, or the field type's name.
+    pub kind: String,
+}
+
+impl ColumnMeta {
+    /// Records a column.
+    pub fn new(name: &str, kind: ColumnKind) -> Self {
+        ColumnMeta {
+            name: name.to_string(),
+            kind: kind.name().to_string(),
+        }
+    }
+
+    /// The column's kind, if the name is one Quiver writes.
+    pub fn kind(&self) -> Option<ColumnKind> {
+        Some(match self.kind.as_str() {
+            "time" => ColumnKind::Time,
+            "tag" => ColumnKind::Tag,
+            "float" => ColumnKind::Field(FieldType::Float),
+            "integer" => ColumnKind::Field(FieldType::Integer),
+            "unsigned" => ColumnKind::Field(FieldType::UInteger),
+            "boolean" => ColumnKind::Field(FieldType::Boolean),
+            "string" => ColumnKind::Field(FieldType::String),
+            _ => return None,
+        })
+    }
+}
+
+/// One Parquet file's self-description: enough to rebuild its catalog entry and to know
+/// which log entries it makes durable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileMeta {
+    /// Encoding version ([`FILE_META_VERSION`]).
+    pub version: u32,
+    /// Object path of the file.
+    pub path: String,
+    /// Database of the rows.
+    pub database: String,
+    /// Measurement of the rows.
+    pub measurement: String,
+    /// Rows in the file.
+    pub rows: u64,
+    /// Smallest `time`.
+    pub time_min: TimestampNs,
+    /// Largest `time`.
+    pub time_max: TimestampNs,
+    /// First log index of the flushed segment this file belongs to.
+    pub log_first: LogIndex,
+    /// Last log index of that segment (the flush entry's index).
+    pub log_last: LogIndex,
+    /// How many files the segment was split into (one per hour); a segment is durable
+    /// only when all of them exist.
+    pub segment_files: u32,
+    /// Columns of the file, in file order.
+    pub columns: Vec<ColumnMeta>,
+    /// File size in bytes (known after writing; 0 inside the file itself).
+    #[serde(default)]
+    pub size_bytes: u64,
+}

@@ -1,0 +1,235 @@
+//! Turning a frozen segment into Parquet files: one per hour of data, rows sorted by
+//! tags then time, tags dictionary-encoded, zstd, page statistics, and the file's own
+//! [`FileMeta`] in its key-value metadata.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch};
+use arrow::compute::{concat_batches, lexsort_to_indices, take_record_batch, SortColumn};
+use arrow::datatypes::{SchemaRef, TimestampNanosecondType};
+use bytes::Bytes;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, Encoding, ZstdLevel};
+use parquet::file::metadata::{KeyValue, SortingColumn};
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
+
+use crate::error::{Error, Result};
+use crate::ids::{LogIndex, TimestampNs};
+use crate::meta::{ColumnMeta, FileMeta, FILE_META_KEY, FILE_META_VERSION};
+use crate::paths::parquet_path;
+use crate::schema::{conform, ColumnKind, TIME_COLUMN};
+
+/// How Parquet files are written.
+#[derive(Debug, Clone)]
+pub struct ParquetSettings {
+    /// zstd level (1..=22); 3 is a good speed/size balance for time series.
+    pub zstd_level: i32,
+    /// Rows per row group at most.
+    pub row_group_rows_max: usize,
+}
+
+impl Default for ParquetSettings {
+    fn default() -> Self {
+        ParquetSettings {
+            zstd_level: 3,
+            row_group_rows_max: 1024 * 1024,
+        }
+    }
+}
+
+/// One encoded file, ready to put into the object store.
+#[derive(Debug, Clone)]
+pub struct EncodedFile {
+    /// What the file holds (size filled in).
+    pub meta: FileMeta,
+    /// The whole file.
+    pub bytes: Bytes,
+}
+
+/// What a segment is: one table's rows covering one log range.
+pub struct SegmentSource<'a> {
+    /// Database.
+    pub database: &'a str,
+    /// Measurement.
+    pub measurement: &'a str,
+    /// Schema every file of the segment gets (the table's at freeze time).
+    pub schema: &'a SchemaRef,
+    /// The rows.
+    pub batches: &'a [RecordBatch],
+    /// First log index the segment covers.
+    pub log_first: LogIndex,
+    /// Last log index the segment covers (the flush entry).
+    pub log_last: LogIndex,
+}
+
+/// Encodes a segment into one Parquet file per hour of data it holds.
+pub fn encode_segment(
+    source: &SegmentSource<'_>,
+    settings: &ParquetSettings,
+) -> Result<Vec<EncodedFile>> {
+    debug_assert!(source.log_first <= source.log_last);
+    let conformed: Vec<RecordBatch> = source
+        .batches
+        .iter()
+        .map(|b| conform(b, source.schema))
+        .collect::<Result<_>>()?;
+    let all = concat_batches(source.schema, &conformed)?;
+    if all.num_rows() == 0 {
+        return Ok(Vec::new());
+    }
+    let sorted = sort_by_hour_tags_time(&all)?;
+    let time = time_values(&sorted)?;
+    let mut runs: Vec<(TimestampNs, usize, usize)> = Vec::new();
+    let mut start = 0;
+    for i in 1..=time.len() {
+        let boundary = i == time.len()
+            || TimestampNs(time.value(i)).hour_floor()
+                != TimestampNs(time.value(start)).hour_floor();
+        if boundary {
+            runs.push((
+                TimestampNs(time.value(start)).hour_floor(),
+                start,
+                i - start,
+            ));
+            start = i;
+        }
+    }
+    let segment_files = u32::try_from(runs.len())
+        .map_err(|_| Error::InvalidPayload("segment spans too many hours".into()))?;
+    let columns: Vec<ColumnMeta> = source
+        .schema
+        .fields()
+        .iter()
+        .filter_map(|f| {
+            ColumnKind::from_arrow(f.name(), f.data_type()).map(|k| ColumnMeta::new(f.name(), k))
+        })
+        .collect();
+    let mut out = Vec::with_capacity(runs.len());
+    for (hour, offset, len) in runs {
+        let part = sorted.slice(offset, len);
+        let part_time = time_values(&part)?;
+        let (time_min, time_max) = min_max(part_time);
+        let meta = FileMeta {
+            version: FILE_META_VERSION,
+            path: parquet_path(
+                source.database,
+                source.measurement,
+                hour,
+                source.log_first,
+                source.log_last,
+            ),
+            database: source.database.to_string(),
+            measurement: source.measurement.to_string(),
+            rows: len as u64,
+            time_min: TimestampNs(time_min),
+            time_max: TimestampNs(time_max),
+            log_first: source.log_first,
+            log_last: source.log_last,
+            segment_files,
+            columns: columns.clone(),
+            size_bytes: 0,
+        };
+        let bytes = write_parquet(&part, &meta, settings)?;
+        let meta = FileMeta {
+            size_bytes: bytes.len() as u64,
+            ..meta
+        };
+        out.push(EncodedFile { meta, bytes });
+    }
+    Ok(out)
+}
+
+fn time_values(batch: &RecordBatch) -> Result<&arrow::array::TimestampNanosecondArray> {
+    batch
+        .column_by_name(TIME_COLUMN)
+        .and_then(|c| c.as_primitive_opt::<TimestampNanosecondType>())
+        .ok_or_else(|| Error::InvalidPayload("batch has no nanosecond time column".into()))
+}
+
+fn min_max(time: &arrow::array::TimestampNanosecondArray) -> (i64, i64) {
+    let mut lo = i64::MAX;
+    let mut hi = i64::MIN;
+    for &t in time.values().iter() {
+        lo = lo.min(t);
+        hi = hi.max(t);
+    }
+    (lo, hi)
+}
+
+fn tag_column_indices(batch: &RecordBatch) -> Vec<usize> {
+    batch
+        .schema()
+        .fields()
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| ColumnKind::from_arrow(f.name(), f.data_type()) == Some(ColumnKind::Tag))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+fn sort_by_hour_tags_time(batch: &RecordBatch) -> Result<RecordBatch> {
+    let time = time_values(batch)?;
+    let hours: ArrayRef = Arc::new(Int64Array::from_iter_values(
+        time.values().iter().map(|&t| TimestampNs(t).hour_floor().0),
+    ));
+    let mut keys = vec![SortColumn {
+        values: hours,
+        options: None,
+    }];
+    for i in tag_column_indices(batch) {
+        keys.push(SortColumn {
+            values: batch.column(i).clone(),
+            options: None,
+        });
+    }
+    let time_index = batch.schema().index_of(TIME_COLUMN)?;
+    keys.push(SortColumn {
+        values: batch.column(time_index).clone(),
+        options: None,
+    });
+    let indices = lexsort_to_indices(&keys, None)?;
+    Ok(take_record_batch(batch, &indices)?)
+}
+
+fn write_parquet(
+    batch: &RecordBatch,
+    meta: &FileMeta,
+    settings: &ParquetSettings,
+) -> Result<Bytes> {
+    let schema = batch.schema();
+    let meta_json = serde_json::to_string(meta)
+        .map_err(|e| Error::InvalidPayload(format!("file metadata does not encode: {e}")))?;
+    let mut sorting: Vec<SortingColumn> = tag_column_indices(batch)
+        .into_iter()
+        .map(|i| SortingColumn {
+            column_idx: i as i32,
+            descending: false,
+            nulls_first: true,
+        })
+        .collect();
+    sorting.push(SortingColumn {
+        column_idx: schema.index_of(TIME_COLUMN)? as i32,
+        descending: false,
+        nulls_first: true,
+    });
+    let mut props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(settings.zstd_level)?))
+        .set_statistics_enabled(EnabledStatistics::Page)
+        .set_max_row_group_row_count(Some(settings.row_group_rows_max))
+        .set_sorting_columns(Some(sorting))
+        .set_key_value_metadata(Some(vec![KeyValue::new(
+            FILE_META_KEY.to_string(),
+            meta_json,
+        )]));
+    let time_path = ColumnPath::from(TIME_COLUMN);
+    props = props
+        .set_column_dictionary_enabled(time_path.clone(), false)
+        .set_column_encoding(time_path, Encoding::DELTA_BINARY_PACKED);
+    let mut buffer = Vec::with_capacity(batch.get_array_memory_size() / 4 + 4096);
+    let mut writer = ArrowWriter::try_new(&mut buffer, schema, Some(props.build()))?;
+    writer.write(batch)?;
+    writer.close()?;
+    debug_assert!(batch.num_rows() == 0 || batch.column(0).len() == batch.num_rows());
+    Ok(Bytes::from(buffer))
+}

@@ -1,0 +1,182 @@
+//! One table's state in memory: its schema, the live buffer, frozen segments waiting to
+//! be written, and the files already written. Pure bookkeeping, no IO: the rules of
+//! which log entries a table still needs live here and are unit-tested here.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+
+use crate::error::Result;
+use crate::ids::LogIndex;
+use crate::meta::FileMeta;
+use crate::schema::{conform, MeasurementSchema};
+
+/// Rows that arrived in one log entry.
+#[derive(Debug, Clone)]
+pub struct Buffered {
+    /// Index of the entry that brought them.
+    pub index: LogIndex,
+    /// The rows (the writer's columns, a subset of the table schema).
+    pub batch: RecordBatch,
+}
+
+/// A buffer frozen by a flush entry: immutable, queryable, waiting to become Parquet.
+#[derive(Debug, Clone)]
+pub struct Frozen {
+    /// First log index the segment covers.
+    pub log_first: LogIndex,
+    /// The flush entry's index.
+    pub log_last: LogIndex,
+    /// The table schema when it was frozen; every file of the segment gets it.
+    pub schema: SchemaRef,
+    /// The rows.
+    pub batches: Vec<RecordBatch>,
+    /// Rows in the segment.
+    pub rows: usize,
+    /// Memory held, in bytes.
+    pub bytes: usize,
+}
+
+/// See the module documentation.
+#[derive(Debug, Default)]
+pub struct TableState {
+    pub(crate) schema: MeasurementSchema,
+    pub(crate) active: Vec<Buffered>,
+    pub(crate) active_rows: usize,
+    pub(crate) active_bytes: usize,
+    pub(crate) active_since: Option<Instant>,
+    pub(crate) frozen: VecDeque<Frozen>,
+    pub(crate) files: Vec<FileMeta>,
+    /// Every entry at or below this index is in Parquet for this table.
+    pub(crate) flushed_through: LogIndex,
+    /// Every entry at or below this index is in Parquet or a frozen segment.
+    pub(crate) frozen_through: LogIndex,
+}
+
+impl TableState {
+    /// Whether the rows of entry `index` are already held (replay after a restart).
+    pub fn holds(&self, index: LogIndex) -> bool {
+        index <= self.frozen_through
+    }
+
+    /// Appends an entry's rows; the caller has merged the schema. Returns bytes added.
+    pub fn append(&mut self, index: LogIndex, batch: RecordBatch, now: Instant) -> usize {
+        debug_assert!(!self.holds(index), "entry {index} applied twice");
+        debug_assert!(
+            self.active.last().is_none_or(|b| b.index <= index),
+            "entries out of order"
+        );
+        let bytes = batch.get_array_memory_size();
+        self.active_rows += batch.num_rows();
+        self.active_bytes += bytes;
+        self.active_since.get_or_insert(now);
+        self.active.push(Buffered { index, batch });
+        bytes
+    }
+
+    /// Applies a flush entry at `index`: the live buffer becomes a frozen segment
+    /// covering `(frozen_through, index]`. Returns false if there was nothing to freeze
+    /// or the flush was already applied before a restart.
+    pub fn freeze(&mut self, index: LogIndex) -> bool {
+        if self.holds(index) || self.active.is_empty() {
+            return false;
+        }
+        let batches: Vec<RecordBatch> = self.active.drain(..).map(|b| b.batch).collect();
+        let segment = Frozen {
+            log_first: LogIndex(self.frozen_through.0 + 1),
+            log_last: index,
+            schema: self.schema.arrow().clone(),
+            batches,
+            rows: self.active_rows,
+            bytes: self.active_bytes,
+        };
+        self.frozen.push_back(segment);
+        self.frozen_through = index;
+        self.active_rows = 0;
+        self.active_bytes = 0;
+        self.active_since = None;
+        true
+    }
+
+    /// Records that the oldest frozen segment is now the given files. Returns the bytes
+    /// of memory released.
+    pub fn segment_written(&mut self, log_last: LogIndex, files: Vec<FileMeta>) -> usize {
+        let front = self.frozen.front().map(|f| f.log_last);
+        debug_assert_eq!(front, Some(log_last), "segments must be written in order");
+        if front != Some(log_last) {
+            return 0;
+        }
+        self.files.extend(files);
+        self.flushed_through = log_last;
+        self.frozen.pop_front().map(|f| f.bytes).unwrap_or(0)
+    }
+
+    /// Rows in memory (live and frozen), conformed to the current schema.
+    pub fn memory_batches(&self) -> Result<Vec<RecordBatch>> {
+        let schema = self.schema.arrow();
+        let frozen = self.frozen.iter().flat_map(|f| f.batches.iter());
+        let active = self.active.iter().map(|b| &b.batch);
+        frozen.chain(active).map(|b| conform(b, schema)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{Float64Array, TimestampNanosecondArray};
+
+    use super::*;
+    use crate::schema::canonical_schema;
+    use crate::{ColumnKind, FieldType};
+
+    fn batch(rows: usize) -> RecordBatch {
+        let schema = canonical_schema([("v", ColumnKind::Field(FieldType::Float))]);
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(TimestampNanosecondArray::from(vec![1i64; rows])),
+                Arc::new(Float64Array::from(vec![1.0; rows])),
+            ],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn freeze_covers_the_range_since_the_last_freeze() {
+        let mut t = TableState::default();
+        let now = Instant::now();
+        t.append(LogIndex(3), batch(2), now);
+        t.append(LogIndex(5), batch(3), now);
+        assert!(t.freeze(LogIndex(6)));
+        let f = t.frozen.front().unwrap();
+        assert_eq!(
+            (f.log_first, f.log_last, f.rows),
+            (LogIndex(1), LogIndex(6), 5)
+        );
+        assert!(t.holds(LogIndex(5)));
+        assert!(!t.freeze(LogIndex(6)), "replayed flush is a no-op");
+        t.append(LogIndex(7), batch(1), now);
+        assert!(t.freeze(LogIndex(8)));
+        assert_eq!(t.frozen.back().unwrap().log_first, LogIndex(7));
+        assert!(t.segment_written(LogIndex(6), vec![]) > 0);
+        assert_eq!(t.flushed_through, LogIndex(6));
+        assert_eq!(
+            t.memory_batches()
+                .unwrap()
+                .iter()
+                .map(|b| b.num_rows())
+                .sum::<usize>(),
+            1
+        );
+    }
+
+    #[test]
+    fn an_empty_buffer_does_not_freeze() {
+        let mut t = TableState::default();
+        assert!(!t.freeze(LogIndex(4)));
+        assert!(t.frozen.is_empty());
+    }
+}

@@ -1,0 +1,59 @@
+//! Misconfiguration fails fast: exit code 1 and one line naming the setting.
+
+use std::process::Command;
+
+fn serve(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_quiver"));
+    cmd.arg("serve")
+        .arg("--data-dir")
+        .arg(dir.path().join("d"))
+        .args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run quiver");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+#[test]
+fn bad_address_names_http_addr() {
+    let (code, err) = serve(&["--http-addr", "not-an-address"], &[]);
+    assert_eq!(code, 1);
+    assert!(err.contains("http.addr"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+}
+
+#[test]
+fn unknown_environment_key_is_named() {
+    let (code, err) = serve(&[], &[("QUIVER_WAL_SYNK", "fsync")]);
+    assert_eq!(code, 1);
+    assert!(err.contains("synk"), "{err}");
+}
+
+#[test]
+fn bad_sync_mode_is_named() {
+    let (code, err) = serve(&[], &[("QUIVER_WAL_SYNC", "sometimes")]);
+    assert_eq!(code, 1);
+    assert!(err.contains("wal.sync"), "{err}");
+}
+
+#[test]
+fn unknown_config_file_key_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("quiver.toml");
+    std::fs::write(&file, "[storage]\nflush_rowz_max = 5\n").unwrap();
+    let (code, err) = serve(&["--config", file.to_str().unwrap()], &[]);
+    assert_eq!(code, 1);
+    assert!(err.contains("flush_rowz_max"), "{err}");
+}
+
+#[test]
+fn unwritable_wal_dir_is_named() {
+    let (code, err) = serve(&["--wal-dir", "/proc/quiver-cannot-write-here"], &[]);
+    assert_eq!(code, 1);
+    assert!(err.contains("wal.dir"), "{err}");
+}

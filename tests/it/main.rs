@@ -1,0 +1,11 @@
+//! End-to-end tests: real `quiver` processes on loopback ports, written to over HTTP,
+//! killed with SIGKILL, restarted, and read back.
+
+mod catalog_rebuild;
+mod common;
+mod config_errors;
+mod crash;
+mod ingest;
+mod query_values;
+mod restart;
+mod writers;

@@ -1,0 +1,11 @@
+//! Integration tests of quiver-wal, one binary.
+
+mod api;
+mod common;
+mod corruption;
+mod group_commit;
+mod ordering;
+mod poison;
+mod read;
+mod rotation;
+mod torn_tail;
