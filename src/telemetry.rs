@@ -6,12 +6,21 @@ use tracing_subscriber::EnvFilter;
 
 use crate::http::AppState;
 
-/// Installs the log subscriber; `RUST_LOG` beats the configured level.
+/// Installs the log subscriber on stderr; `RUST_LOG` beats the configured level.
+/// openraft's own info-level chatter is kept at warn unless the level names it.
 pub fn init_logging(level: &str) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    use std::io::IsTerminal;
+    let directive = if level.contains("openraft") {
+        level.to_string()
+    } else {
+        format!("{level},openraft=warn")
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(directive));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
         .try_init();
 }
 

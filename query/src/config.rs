@@ -17,6 +17,13 @@ pub struct QueryConfig {
 /// Longest SQL text accepted, in bytes; longer statements are refused before parsing.
 pub const SQL_BYTES_MAX: usize = 1024 * 1024;
 
+/// Most binary operators (`OR`, `AND`, `=`, `+`, `UNION`, `JOIN`, ...) one statement may
+/// hold. A chain `a OR b OR ...` parses into a tree as deep as it is long, and DataFusion
+/// walks expression trees recursively while planning and executing: about 1,000 such
+/// operators overflow a 2 MiB thread stack and abort the process. IN lists are flat and
+/// do not count against this.
+pub const EXPRESSION_OPERATORS_MAX: usize = 500;
+
 impl Default for QueryConfig {
     fn default() -> Self {
         QueryConfig {

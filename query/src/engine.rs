@@ -59,6 +59,7 @@ impl QueryOutput {
 }
 
 /// Runs read-only SQL over a [`TableSource`]. Cheap to clone; clones share everything.
+/// Queries must run inside a Tokio runtime: deadlines use its timer.
 #[derive(Clone)]
 pub struct QueryEngine {
     inner: Arc<Shared>,

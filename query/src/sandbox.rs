@@ -17,8 +17,10 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::sql::parser::{DFParserBuilder, Statement as DfStatement};
 use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
 use datafusion::sql::sqlparser::dialect::dialect_from_str;
+use datafusion::sql::sqlparser::keywords::Keyword;
+use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 
-use crate::config::SQL_BYTES_MAX;
+use crate::config::{EXPRESSION_OPERATORS_MAX, SQL_BYTES_MAX};
 use crate::error::Error;
 
 /// Parses `sql` into exactly one statement and checks it is read-only.
@@ -31,6 +33,17 @@ pub(crate) fn parse_read_only(sql: &str, options: &SqlParserOptions) -> Result<D
     }
     let dialect = dialect_from_str(options.dialect)
         .ok_or_else(|| Error::Internal(format!("unknown SQL dialect {}", options.dialect)))?;
+    // Counted on tokens, before any tree exists: even dropping a too-deep tree recurses.
+    let tokens = Tokenizer::new(dialect.as_ref(), sql)
+        .tokenize()
+        .map_err(|e| Error::Sql(format!("SQL error: {e}")))?;
+    let operators = tokens.iter().filter(|t| is_binary_operator(t)).count();
+    if operators > EXPRESSION_OPERATORS_MAX {
+        return Err(Error::Refused(format!(
+            "statement has {operators} operators; the limit is {EXPRESSION_OPERATORS_MAX} \
+             (write long OR chains of equalities as `column IN (...)`)"
+        )));
+    }
     let mut statements = DFParserBuilder::new(sql)
         .with_dialect(dialect.as_ref())
         // Bounds the parser's recursion, so deeply nested SQL cannot overflow the stack.
@@ -108,6 +121,58 @@ fn describe(statement: &SqlStatement) -> String {
         _ => "statement",
     };
     format!("{class} ({})", keywords.join(" "))
+}
+
+/// Tokens that join two operands, so that repeating them deepens the parse tree.
+fn is_binary_operator(token: &Token) -> bool {
+    match token {
+        Token::Word(word) => matches!(
+            word.keyword,
+            Keyword::AND
+                | Keyword::OR
+                | Keyword::XOR
+                | Keyword::UNION
+                | Keyword::INTERSECT
+                | Keyword::EXCEPT
+                | Keyword::JOIN
+                | Keyword::LIKE
+                | Keyword::ILIKE
+        ),
+        Token::DoubleEq
+        | Token::Eq
+        | Token::Neq
+        | Token::Lt
+        | Token::Gt
+        | Token::LtEq
+        | Token::GtEq
+        | Token::Spaceship
+        | Token::Plus
+        | Token::Minus
+        | Token::Mul
+        | Token::Div
+        | Token::DuckIntDiv
+        | Token::Mod
+        | Token::StringConcat
+        | Token::Ampersand
+        | Token::Pipe
+        | Token::Caret
+        | Token::ShiftLeft
+        | Token::ShiftRight
+        | Token::Tilde
+        | Token::TildeAsterisk
+        | Token::ExclamationMarkTilde
+        | Token::ExclamationMarkTildeAsterisk
+        | Token::DoubleTilde
+        | Token::DoubleTildeAsterisk
+        | Token::ExclamationMarkDoubleTilde
+        | Token::ExclamationMarkDoubleTildeAsterisk
+        | Token::Arrow
+        | Token::LongArrow
+        | Token::HashArrow
+        | Token::AtArrow
+        | Token::ArrowAt => true,
+        _ => false,
+    }
 }
 
 fn refused(what: &str) -> Error {

@@ -298,7 +298,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let mut records = Vec::new();
         {
             let mut state = self.inner.state.lock();
+            let purged = state.last_purged.map(|p| p.index);
             for entry in entries {
+                // Entries at or below the purge point are already inside the snapshot:
+                // the log never reopens below it, so they are acknowledged and dropped.
+                if purged.is_some_and(|p| entry.log_id.index <= p) {
+                    tracing::debug!(
+                        index = entry.log_id.index,
+                        "append below the purge point ignored"
+                    );
+                    continue;
+                }
                 records.push((entry.log_id.index, encode(&entry)?));
                 state.last_log_id = Some(entry.log_id);
                 Self::cache_insert(&mut state, entry);

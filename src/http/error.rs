@@ -2,7 +2,7 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde::Serialize;
 
 use crate::auth::AuthError;
 
@@ -81,9 +81,19 @@ impl From<AuthError> for ApiError {
     }
 }
 
+/// API.md's error body, fields in the documented order.
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    success: bool,
+    error: &'a str,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({"success": false, "error": self.message});
+        let body = ErrorBody {
+            success: false,
+            error: &self.message,
+        };
         let mut response = (self.status, axum::Json(body)).into_response();
         if let Some(s) = self.retry_after_s {
             response

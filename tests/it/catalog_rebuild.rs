@@ -49,7 +49,8 @@ async fn deleted_catalog_is_rebuilt_from_files() {
     assert_eq!(node.metric("quiver_parquet_files").await, files);
     assert!(
         node.log().contains("rebuilding the catalog"),
-        "the node must say it rebuilt the catalog"
+        "the node must say it rebuilt the catalog; log:\n{}",
+        node.log()
     );
 }
 
@@ -69,7 +70,8 @@ async fn corrupted_catalog_is_rebuilt_from_files() {
     assert_eq!(count(&node).await, 3000);
     assert!(
         node.log().contains("rebuilding the catalog"),
-        "the node must say it rebuilt the catalog"
+        "the node must say it rebuilt the catalog; log:\n{}",
+        node.log()
     );
 }
 

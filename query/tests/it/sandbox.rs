@@ -102,3 +102,31 @@ async fn read_only_statements_run() {
         query(&engine, "db1", sql).await;
     }
 }
+
+/// 1,000 ORs once overflowed the stack and aborted the whole process.
+#[tokio::test]
+async fn long_operator_chains_are_refused_instead_of_overflowing_the_stack() {
+    let fixture = Fixture::new();
+    let engine = fixture.engine();
+    let chain = |n: usize| {
+        let terms: Vec<String> = (0..n).map(|i| format!("count = {i}")).collect();
+        format!("SELECT count(*) FROM cpu WHERE {}", terms.join(" OR "))
+    };
+    let err = engine
+        .execute("db1", &chain(5_000))
+        .await
+        .expect_err("too deep");
+    assert!(matches!(err, Error::Refused(_)), "{err:?}");
+    assert!(err.to_string().contains("IN (...)"), "{err}");
+
+    // count = 0..119 matches hour 0: host-a's 60 minutes and host-b's first 20.
+    let output = query(&engine, "db1", &chain(120)).await;
+    assert_eq!(one_i64(&output), 80);
+
+    let values: Vec<String> = (0..20_000).map(|i| i.to_string()).collect();
+    let in_list = format!(
+        "SELECT count(*) FROM cpu WHERE count IN ({})",
+        values.join(",")
+    );
+    assert_eq!(one_i64(&query(&engine, "db1", &in_list).await), 2100);
+}
