@@ -312,7 +312,7 @@ impl Storage {
         }
         let mut memory = self.memory_bytes();
         if memory > self.config.memory_bytes_max / 2 {
-            sizes.sort_by(|a, b| b.0.cmp(&a.0));
+            sizes.sort_by_key(|s| std::cmp::Reverse(s.0));
             for (bytes, key) in sizes {
                 if memory <= self.config.memory_bytes_max / 2 {
                     break;

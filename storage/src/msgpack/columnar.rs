@@ -131,7 +131,7 @@ fn build_batch(
     let rows = time.len();
     let mut kinds: Vec<(String, ColumnKind, ArrayRef)> = Vec::with_capacity(columns.len());
     for DecodedColumn { name, values } in columns {
-        let listed_tag = tag_names.map(|t| t.iter().any(|n| *n == name));
+        let listed_tag = tag_names.map(|t| t.contains(&name));
         let (kind, array): (ColumnKind, ArrayRef) = match values {
             Values::Strings(mut b) => {
                 let dict = Arc::new(b.finish()) as ArrayRef;
