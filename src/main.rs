@@ -26,9 +26,14 @@ fn main() {
     }
 }
 
+/// Stack of every runtime thread: SQL planning recurses over the expression tree, and a
+/// deep (but legal) expression must fail with an error, not overflow a 2 MiB stack.
+const THREAD_STACK_BYTES: usize = 8 * 1024 * 1024;
+
 fn run_async<F: std::future::Future<Output = anyhow::Result<()>>>(f: F) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .thread_stack_size(THREAD_STACK_BYTES)
         .build()?;
     runtime.block_on(f)
 }
