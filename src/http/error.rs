@@ -15,25 +15,42 @@ pub struct ApiError {
     pub message: String,
     /// `Retry-After` seconds, for 429/503.
     pub retry_after_s: Option<u32>,
+    /// Rejected lines of a line-protocol write (at most [`REJECTED_LISTED_MAX`]).
+    pub rejected: Vec<RejectedLine>,
+}
+
+/// Most rejected lines listed in one answer (API.md).
+pub const REJECTED_LISTED_MAX: usize = 100;
+
+/// One rejected line in a partial-write answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct RejectedLine {
+    /// 1-based line number.
+    pub line: usize,
+    /// Why.
+    pub error: String,
+    /// The first 64 bytes of the line.
+    pub text: String,
 }
 
 impl ApiError {
+    fn new(status: StatusCode, message: impl Into<String>, retry_after_s: Option<u32>) -> Self {
+        ApiError {
+            status,
+            message: message.into(),
+            retry_after_s,
+            rejected: Vec::new(),
+        }
+    }
+
     /// 400 with a message.
     pub fn bad_request(message: impl Into<String>) -> Self {
-        ApiError {
-            status: StatusCode::BAD_REQUEST,
-            message: message.into(),
-            retry_after_s: None,
-        }
+        Self::new(StatusCode::BAD_REQUEST, message, None)
     }
 
     /// 413 with a message.
     pub fn too_large(message: impl Into<String>) -> Self {
-        ApiError {
-            status: StatusCode::PAYLOAD_TOO_LARGE,
-            message: message.into(),
-            retry_after_s: None,
-        }
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, message, None)
     }
 
     /// 429 or 503 with `Retry-After`.
@@ -41,28 +58,26 @@ impl ApiError {
         debug_assert!(
             status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE
         );
-        ApiError {
-            status,
-            message: message.into(),
-            retry_after_s: Some(retry_after_s),
-        }
+        Self::new(status, message, Some(retry_after_s))
     }
 
     /// 500: a bug or an unexpected failure.
     pub fn internal(message: impl Into<String>) -> Self {
-        ApiError {
-            status: StatusCode::INTERNAL_SERVER_ERROR,
-            message: message.into(),
-            retry_after_s: None,
-        }
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, message, None)
     }
 
     /// Any status.
     pub fn with_status(status: StatusCode, message: impl Into<String>) -> Self {
+        Self::new(status, message, None)
+    }
+
+    /// 400 for a line-protocol write with rejected lines (the first
+    /// [`REJECTED_LISTED_MAX`] are listed).
+    pub fn partial(message: impl Into<String>, mut rejected: Vec<RejectedLine>) -> Self {
+        rejected.truncate(REJECTED_LISTED_MAX);
         ApiError {
-            status,
-            message: message.into(),
-            retry_after_s: None,
+            rejected,
+            ..Self::new(StatusCode::BAD_REQUEST, message, None)
         }
     }
 }
@@ -86,6 +101,8 @@ impl From<AuthError> for ApiError {
 struct ErrorBody<'a> {
     success: bool,
     error: &'a str,
+    #[serde(skip_serializing_if = "<[RejectedLine]>::is_empty")]
+    rejected: &'a [RejectedLine],
 }
 
 impl IntoResponse for ApiError {
@@ -93,6 +110,7 @@ impl IntoResponse for ApiError {
         let body = ErrorBody {
             success: false,
             error: &self.message,
+            rejected: &self.rejected,
         };
         let mut response = (self.status, axum::Json(body)).into_response();
         if let Some(s) = self.retry_after_s {

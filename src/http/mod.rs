@@ -2,9 +2,11 @@
 
 mod body;
 mod error;
+mod ingest;
+mod line_protocol;
+mod msgpack;
 mod ops;
 mod query;
-mod write;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -64,7 +66,15 @@ pub fn router(state: AppState) -> Router {
         .route("/health", get(ops::health))
         .route("/ready", get(ops::ready))
         .route("/metrics", get(ops::metrics))
-        .route("/api/v1/write/msgpack", post(write::write_msgpack))
+        .route("/api/v1/write/msgpack", post(msgpack::write_msgpack))
+        .route(
+            "/api/v1/write/line-protocol",
+            post(line_protocol::write_arc),
+        )
+        .route("/write", post(line_protocol::write_v1))
+        .route("/api/v2/write", post(line_protocol::write_v2))
+        .route("/api/v3/write_lp", post(line_protocol::write_v3))
+        .route("/ping", get(ops::ping).head(ops::ping))
         .route("/api/v1/query", post(query::query_json))
         .route("/api/v1/query/arrow", post(query::query_arrow))
         .route("/api/v1/measurements", get(ops::measurements))

@@ -22,6 +22,16 @@ pub async fn health(State(app): State<AppState>) -> Json<Value> {
     }))
 }
 
+/// `GET|HEAD /ping`: InfluxDB clients check liveness here.
+pub async fn ping() -> Response {
+    let mut r = StatusCode::NO_CONTENT.into_response();
+    r.headers_mut().insert(
+        "x-influxdb-version",
+        axum::http::HeaderValue::from_static("quiver"),
+    );
+    r
+}
+
 /// `GET /ready`: 200 once the log is replayed and a leader is known.
 pub async fn ready(State(app): State<AppState>) -> Response {
     if app.node.is_ready() {

@@ -12,7 +12,7 @@ use quiver_query::{encode, QueryOutput};
 use serde::Deserialize;
 
 use super::error::ApiError;
-use super::write::database_of;
+use super::ingest::database_of;
 use super::AppState;
 use crate::auth::Permission;
 

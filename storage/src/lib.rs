@@ -12,6 +12,7 @@ mod error;
 mod ids;
 mod image;
 mod ipc;
+mod line_protocol;
 mod meta;
 mod msgpack;
 mod parquet_encode;
@@ -30,14 +31,18 @@ pub use ids::{
 };
 pub use image::{read_image, write_image};
 pub use ipc::{decode_batch, encode_batch};
+pub use line_protocol::{
+    fill_excerpts, parse_line_protocol, parse_line_protocol_for, reject_conflicting_rows,
+    LineError, LpOutput, LpTable, Precision,
+};
 pub use meta::{ColumnMeta, FileMeta, FILE_META_KEY};
 pub use msgpack::decode_msgpack;
 pub use parquet_encode::ParquetSettings;
 pub use paths::parquet_path;
 pub use rows::{FieldValue, RowBatchBuilder, RowError};
 pub use schema::{
-    canonical_schema, conform, tag_type, ColumnKind, FieldType, MeasurementSchema, TIME_COLUMN,
-    TIME_TYPE,
+    canonical_schema, conform, tag_type, widen_integers_to_stored, ColumnKind, FieldType,
+    MeasurementSchema, TIME_COLUMN, TIME_TYPE,
 };
 pub use store::{
     MemoryImage, OpenReport, Storage, StorageConfig, StorageStats, TableImage, TableKey,

@@ -14,7 +14,9 @@ use arrow::array::{
 };
 
 use crate::error::{Error, Result};
-use crate::schema::{canonical_schema, ColumnKind, FieldType, TagKey, TIME_COLUMN};
+use crate::schema::{
+    canonical_schema, ColumnKind, FieldType, MeasurementSchema, TagKey, TIME_COLUMN,
+};
 
 /// One field value as it arrives, borrowed from the input.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -112,6 +114,10 @@ pub struct RowBatchBuilder {
     by_name: HashMap<String, usize>,
     attempt: u64,
     widen_integers: bool,
+    /// What the measurement already stores, when the caller knows: a column's first
+    /// value in this batch must match it, so a type conflict with stored data is refused
+    /// on the offending row instead of poisoning the whole batch.
+    stored: Option<MeasurementSchema>,
 }
 
 impl RowBatchBuilder {
@@ -126,7 +132,14 @@ impl RowBatchBuilder {
             by_name: HashMap::new(),
             attempt: 0,
             widen_integers,
+            stored: None,
         }
+    }
+
+    /// Checks every new column against the kinds `stored` already has.
+    pub fn with_stored_schema(mut self, stored: MeasurementSchema) -> Self {
+        self.stored = Some(stored);
+        self
     }
 
     /// The measurement this builder is for.
@@ -197,6 +210,27 @@ impl RowBatchBuilder {
                     if new_columns.iter().any(|(n, _)| *n == name) {
                         return Err(RowError(format!("duplicate key {name:?} in one row")));
                     }
+                    let stored = self.stored.as_ref().and_then(|s| s.kind(name));
+                    let kind = match stored {
+                        Some(stored) if stored == kind => kind,
+                        // Stored floats take integers (MessagePack does not tell 1 from
+                        // 1.0); stored integers never become floats.
+                        Some(stored)
+                            if self.widen_integers
+                                && stored == ColumnKind::Field(FieldType::Float)
+                                && kind == ColumnKind::Field(FieldType::Integer) =>
+                        {
+                            stored
+                        }
+                        Some(stored) => {
+                            return Err(RowError(format!(
+                                "column {name:?} is stored as {}, got {}",
+                                stored.name(),
+                                kind.name()
+                            )))
+                        }
+                        None => kind,
+                    };
                     new_columns.push((name, kind));
                 }
             }

@@ -241,6 +241,58 @@ impl MeasurementSchema {
     }
 }
 
+impl MeasurementSchema {
+    /// The columns of `batch_schema` whose kind differs from the stored one, with
+    /// (stored, offered) kinds: what a line-protocol write needs to refuse only the
+    /// rows that carry them. Columns of unsupported type are listed with `None`.
+    pub fn conflicting_columns(
+        &self,
+        batch_schema: &Schema,
+    ) -> Vec<(String, ColumnKind, Option<ColumnKind>)> {
+        batch_schema
+            .fields()
+            .iter()
+            .filter_map(|field| {
+                let got = ColumnKind::from_arrow(field.name(), field.data_type());
+                let existing = self.kind(field.name())?;
+                (got != Some(existing)).then(|| (field.name().clone(), existing, got))
+            })
+            .collect()
+    }
+}
+
+/// Casts integer columns of `batch` to float where `stored` keeps them as float.
+/// MessagePack writers do not tell `1` from `1.0` (Python sends whole floats as
+/// integers), so a batch that happens to hold only whole numbers must not be refused
+/// for a float column. Line protocol, which does tell them apart, never calls this.
+pub fn widen_integers_to_stored(
+    batch: RecordBatch,
+    stored: &MeasurementSchema,
+) -> Result<RecordBatch> {
+    let float = ColumnKind::Field(FieldType::Float);
+    let schema = batch.schema();
+    let widen: Vec<usize> = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.data_type() == &DataType::Int64 && stored.kind(f.name()) == Some(float))
+        .map(|(i, _)| i)
+        .collect();
+    if widen.is_empty() {
+        return Ok(batch);
+    }
+    let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+    let mut columns = batch.columns().to_vec();
+    for i in widen {
+        columns[i] = arrow::compute::cast(&columns[i], &DataType::Float64)?;
+        fields[i] = fields[i].clone().with_data_type(DataType::Float64);
+    }
+    Ok(RecordBatch::try_new(
+        Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone())),
+        columns,
+    )?)
+}
+
 /// Rewrites `batch` to have exactly `schema`: columns in schema order, missing ones as
 /// nulls. The batch's columns must be a subset of the schema with the same types.
 pub fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {

@@ -243,6 +243,15 @@ impl Storage {
         Ok(())
     }
 
+    /// The schema `database.measurement` has now, if it exists: for callers that decide
+    /// row by row what conflicts with it.
+    pub fn schema_of(&self, database: &str, measurement: &str) -> Option<MeasurementSchema> {
+        self.tables
+            .read()
+            .get(&TableKey::new(database, measurement))
+            .map(|t| t.state.read().schema.clone())
+    }
+
     /// Applies a committed write entry. Either every table of the entry takes its rows
     /// or, on a schema conflict, none does (the same on every replica).
     pub fn apply_write(

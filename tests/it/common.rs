@@ -160,6 +160,35 @@ impl Node {
         }
     }
 
+    /// Posts `body` to `path` (with query string) with the test token and extra
+    /// headers; returns status, body text and the response headers.
+    pub async fn post(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Vec<u8>,
+    ) -> (u16, String, reqwest::header::HeaderMap) {
+        let mut request = self
+            .client
+            .post(format!("{}{path}", self.url))
+            .bearer_auth(TOKEN)
+            .body(body);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let r = request.send().await.expect("request sent");
+        let status = r.status().as_u16();
+        let headers = r.headers().clone();
+        (status, r.text().await.unwrap_or_default(), headers)
+    }
+
+    /// Posts line protocol to `path`; returns status and the parsed JSON body (`Null`
+    /// for an empty 204).
+    pub async fn write_lp(&self, path: &str, body: &str) -> (u16, Value) {
+        let (status, text, _) = self.post(path, &[], body.as_bytes().to_vec()).await;
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
     /// Runs SQL; returns status and the parsed JSON answer.
     pub async fn query(&self, database: &str, sql: &str) -> (u16, Value) {
         let r = self

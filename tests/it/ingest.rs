@@ -47,7 +47,10 @@ async fn bad_input_and_bad_tokens_get_clear_errors() {
     let body: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(body["success"], json!(false));
     let message = body["error"].as_str().unwrap();
-    assert!(message.contains("\"usage\"") && message.contains("equal length"), "{message}");
+    assert!(
+        message.contains("\"usage\"") && message.contains("equal length"),
+        "{message}"
+    );
     let (status, body) = node.write_msgpack("default", b"\xc1garbage".to_vec()).await;
     assert_eq!(status, 400, "{body}");
     let (status, _) = node.write_msgpack("bad/name", vec![0x80]).await;
@@ -61,10 +64,22 @@ async fn bad_input_and_bad_tokens_get_clear_errors() {
         rmp_serde::to_vec_named(&json!({"m": "t", "columns": {"time": [2], "v": [true]}})).unwrap();
     let (status, body) = node.write_msgpack("default", conflict).await;
     assert_eq!(status, 400);
-    assert!(body.contains("\\\"v\\\"") && body.contains("schema conflict"), "{body}");
+    assert!(
+        body.contains("\\\"v\\\"") && body.contains("schema conflict"),
+        "{body}"
+    );
     assert_eq!(
         node.rows("default", "SELECT count(*) FROM t").await[0][0],
         json!(1)
+    );
+    // Whole numbers for a float column are floats (MessagePack cannot tell 3 from 3.0).
+    let whole =
+        rmp_serde::to_vec_named(&json!({"m": "t", "columns": {"time": [3], "v": [3]}})).unwrap();
+    assert_eq!(node.write_msgpack("default", whole).await.0, 204);
+    assert_eq!(
+        node.rows("default", "SELECT sum(v), arrow_typeof(sum(v)) FROM t")
+            .await[0],
+        vec![json!(4.0), json!("Float64")]
     );
 
     let anonymous = node

@@ -6,6 +6,7 @@ mod common;
 mod config_errors;
 mod crash;
 mod ingest;
+mod line_protocol;
 mod query_values;
 mod restart;
 mod writers;

@@ -34,6 +34,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, TempDir> for Builder {
 }
 
 #[test]
+#[allow(clippy::result_large_err)] // openraft's error type, as the suite returns it
 fn log_store_and_state_machine_pass_openraft_suite() -> Result<(), StorageError> {
     Suite::test_all(Builder)
 }

@@ -1,24 +1,29 @@
-//! `POST /api/v1/write/msgpack`: the first stage of a write.
-//!
-//! authenticate → read the body within limits → decompress → decode into Arrow (on a
-//! blocking thread) → check the schema → encode the Raft command → propose and wait
-//! until it is committed and applied → 204. Overload is refused before anything is
-//! proposed, so a 429/503 never leaves rows behind.
+//! The stages every write shares, whatever its format: admission (auth, overload
+//! refusal before anything is read), the body within limits, the database name, and
+//! proposing the decoded command through Raft.
 
 use std::collections::HashMap;
 
 use axum::body::Body;
-use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
+use bytes::Bytes;
 use quiver_raft::{CommandResult, WriteCommand, WriteError};
+use tokio::sync::OwnedSemaphorePermit;
 
-use super::body::{decompress, read_limited};
+use super::body::read_limited;
 use super::error::ApiError;
 use super::AppState;
 use crate::auth::Permission;
 
 /// Seconds a client is told to wait when the node is overloaded.
-const RETRY_AFTER_S: u32 = 1;
+pub const RETRY_AFTER_S: u32 = 1;
+
+/// A write let in: its raw body and the permit that counts it as in flight.
+pub struct Admitted {
+    /// The body as sent (maybe compressed).
+    pub body: Bytes,
+    _permit: OwnedSemaphorePermit,
+}
 
 /// The database a write or query addresses: `x-arc-database`, then `db`, then
 /// `bucket`, then `default`.
@@ -38,24 +43,20 @@ pub fn database_of(
     Ok(db)
 }
 
-fn now_ns() -> i64 {
-    chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX)
-}
-
-/// Handles `POST /api/v1/write/msgpack`.
-pub async fn write_msgpack(
-    State(app): State<AppState>,
-    Query(params): Query<HashMap<String, String>>,
-    headers: HeaderMap,
+/// Checks the token, refuses with 429/503 when the node cannot take more (before
+/// reading the body), then reads the body within `http.body_bytes_max`.
+pub async fn admit(
+    app: &AppState,
+    headers: &HeaderMap,
+    params: &HashMap<String, String>,
     body: Body,
-) -> Result<StatusCode, ApiError> {
+) -> Result<Admitted, ApiError> {
     app.auth.check(
-        &headers,
+        headers,
         params.get("p").map(String::as_str),
         Permission::Write,
     )?;
-    let database = database_of(&headers, &params)?;
-    let _permit = app.write_permits.clone().try_acquire_owned().map_err(|_| {
+    let permit = app.write_permits.clone().try_acquire_owned().map_err(|_| {
         metrics::counter!("quiver_writes_refused_total", "reason" => "in_flight").increment(1);
         ApiError::overloaded(
             StatusCode::TOO_MANY_REQUESTS,
@@ -71,28 +72,19 @@ pub async fn write_msgpack(
             RETRY_AFTER_S,
         ));
     }
-    let raw = read_limited(body, &headers, app.config.http.body_bytes_max).await?;
-    let decompressed_bytes_max = app.config.http.decompressed_bytes_max;
-    let storage = app.storage.clone();
-    let db = database.clone();
-    let command = tokio::task::spawn_blocking(move || -> Result<WriteCommand, ApiError> {
-        let payload = decompress(raw, &headers, decompressed_bytes_max)?;
-        let tables = quiver_storage::decode_msgpack(&payload, now_ns())
-            .map_err(|e| ApiError::bad_request(e.to_string()))?;
-        storage
-            .check_write(&db, &tables)
-            .map_err(|e| ApiError::bad_request(e.to_string()))?;
-        WriteCommand::encode(&db, &tables).map_err(|e| ApiError::internal(e.to_string()))
+    let body = read_limited(body, headers, app.config.http.body_bytes_max).await?;
+    Ok(Admitted {
+        body,
+        _permit: permit,
     })
-    .await
-    .map_err(|e| ApiError::internal(format!("decoder task failed: {e}")))??;
-    let rows = command.rows();
-    propose(&app, command).await?;
-    metrics::counter!("quiver_rows_written_total", "format" => "msgpack").increment(rows);
-    Ok(StatusCode::NO_CONTENT)
 }
 
-/// Proposes a decoded write and maps the outcome to an answer.
+/// Server time for rows that carry none.
+pub fn now_ns() -> i64 {
+    chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX)
+}
+
+/// Proposes a decoded write and waits for it to be committed and applied.
 pub async fn propose(app: &AppState, command: WriteCommand) -> Result<(), ApiError> {
     match app.node.write(command).await {
         Ok(CommandResult::Written { .. }) => Ok(()),

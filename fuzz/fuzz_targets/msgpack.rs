@@ -1,0 +1,8 @@
+//! Arbitrary bytes through the MessagePack decoder: an error is fine, a panic is not.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let _ = quiver_storage::decode_msgpack(data, 1_700_000_000_000_000_000);
+});

@@ -1,0 +1,175 @@
+//! Line-protocol writes: InfluxDB 1.x `/write`, 2.x `/api/v2/write`, 3.x
+//! `/api/v3/write_lp`, and Arc's `/api/v1/write/line-protocol`.
+//!
+//! admit → decompress and parse on a blocking thread (valid lines become Arrow batches,
+//! invalid ones are listed with their line numbers) → drop rows whose field type
+//! conflicts with the stored schema, naming the line and column → propose the valid
+//! rows → 204, or 400 listing what was rejected. With `accept_partial=false` any
+//! rejected line means nothing is written.
+
+use std::collections::HashMap;
+
+use axum::body::Body;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use quiver_raft::WriteCommand;
+use quiver_storage::{fill_excerpts, parse_line_protocol_for, reject_conflicting_rows, Precision};
+
+use super::body::decompress;
+use super::error::{ApiError, RejectedLine, REJECTED_LISTED_MAX};
+use super::ingest::{admit, database_of, now_ns, propose};
+use super::AppState;
+
+/// Which dialect of the endpoint: decides the precision spellings and defaults.
+#[derive(Debug, Clone, Copy)]
+enum Dialect {
+    V1,
+    V2,
+    V3,
+    Arc,
+}
+
+fn precision_of(dialect: Dialect, params: &HashMap<String, String>) -> Result<Precision, ApiError> {
+    let Some(raw) = params
+        .get("precision")
+        .map(|p| p.trim())
+        .filter(|p| !p.is_empty())
+    else {
+        return Ok(match dialect {
+            Dialect::V3 => Precision::Auto,
+            _ => Precision::Nanoseconds,
+        });
+    };
+    let parsed = match dialect {
+        Dialect::V1 => Precision::parse_v1(raw),
+        Dialect::V2 | Dialect::Arc => Precision::parse_v2(raw),
+        Dialect::V3 => Precision::parse_v3(raw),
+    };
+    parsed.ok_or_else(|| {
+        let allowed = match dialect {
+            Dialect::V1 => "ns, u, ms or s",
+            Dialect::V2 | Dialect::Arc => "ns, us, ms or s",
+            Dialect::V3 => "auto, nanosecond, microsecond, millisecond or second",
+        };
+        ApiError::bad_request(format!("precision {raw:?} must be {allowed}"))
+    })
+}
+
+fn flag(params: &HashMap<String, String>, name: &str, default: bool) -> Result<bool, ApiError> {
+    match params.get(name).map(|v| v.trim().to_ascii_lowercase()) {
+        None => Ok(default),
+        Some(v) if v == "true" || v == "1" || v.is_empty() => Ok(true),
+        Some(v) if v == "false" || v == "0" => Ok(false),
+        Some(v) => Err(ApiError::bad_request(format!(
+            "{name}={v:?} must be true or false"
+        ))),
+    }
+}
+
+/// Handles InfluxDB 1.x `POST /write` (`db`, `precision`, `rp` ignored).
+pub async fn write_v1(
+    State(app): State<AppState>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<StatusCode, ApiError> {
+    handle(app, Dialect::V1, params, headers, body).await
+}
+
+/// Handles InfluxDB 2.x `POST /api/v2/write` (`bucket`, `org` ignored, `precision`).
+pub async fn write_v2(
+    State(app): State<AppState>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<StatusCode, ApiError> {
+    handle(app, Dialect::V2, params, headers, body).await
+}
+
+/// Handles InfluxDB 3 `POST /api/v3/write_lp` (`db`, `precision` incl. `auto`,
+/// `accept_partial`, `no_sync`).
+pub async fn write_v3(
+    State(app): State<AppState>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<StatusCode, ApiError> {
+    handle(app, Dialect::V3, params, headers, body).await
+}
+
+/// Handles Arc's `POST /api/v1/write/line-protocol` (database from `x-arc-database`).
+pub async fn write_arc(
+    State(app): State<AppState>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<StatusCode, ApiError> {
+    handle(app, Dialect::Arc, params, headers, body).await
+}
+
+async fn handle(
+    app: AppState,
+    dialect: Dialect,
+    params: HashMap<String, String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<StatusCode, ApiError> {
+    let database = database_of(&headers, &params)?;
+    let precision = precision_of(dialect, &params)?;
+    let accept_partial = flag(&params, "accept_partial", true)?;
+    // `no_sync` asks to be acknowledged before the WAL is durable. Quiver always waits:
+    // the flag is accepted and ignored, so the answer is never weaker than promised.
+    flag(&params, "no_sync", false)?;
+    let admitted = admit(&app, &headers, &params, body).await?;
+    let decompressed_bytes_max = app.config.http.decompressed_bytes_max;
+    let storage = app.storage.clone();
+    let db = database.clone();
+    let raw = admitted.body.clone();
+    let prepared = tokio::task::spawn_blocking(
+        move || -> Result<(Option<WriteCommand>, Vec<RejectedLine>, usize), ApiError> {
+            let payload = decompress(raw, &headers, decompressed_bytes_max)?;
+            let stored = |measurement: &str| storage.schema_of(&db, measurement);
+            let parsed = parse_line_protocol_for(&payload, precision, now_ns(), &stored);
+            let mut rejected = parsed.rejected;
+            let tables = reject_conflicting_rows(&storage, &db, parsed.tables, &mut rejected)
+                .map_err(|e| ApiError::internal(e.to_string()))?;
+            fill_excerpts(&payload, &mut rejected, REJECTED_LISTED_MAX);
+            let rejected: Vec<RejectedLine> = rejected
+                .into_iter()
+                .map(|r| RejectedLine {
+                    line: r.line,
+                    error: r.error,
+                    text: r.text,
+                })
+                .collect();
+            if tables.is_empty() || (!accept_partial && !rejected.is_empty()) {
+                return Ok((None, rejected, parsed.lines_total));
+            }
+            let command = WriteCommand::encode(&db, &tables)
+                .map_err(|e| ApiError::internal(e.to_string()))?;
+            Ok((Some(command), rejected, parsed.lines_total))
+        },
+    )
+    .await
+    .map_err(|e| ApiError::internal(format!("parser task failed: {e}")))??;
+    let (command, rejected, lines_total) = prepared;
+    if let Some(command) = command {
+        let rows = command.rows();
+        propose(&app, command).await?;
+        metrics::counter!("quiver_rows_written_total", "format" => "line_protocol").increment(rows);
+    }
+    drop(admitted);
+    if rejected.is_empty() {
+        return Ok(StatusCode::NO_CONTENT);
+    }
+    metrics::counter!("quiver_lines_rejected_total").increment(rejected.len() as u64);
+    let message = if accept_partial {
+        format!(
+            "partial write: {} of {lines_total} lines rejected",
+            rejected.len()
+        )
+    } else {
+        format!("write refused: {} of {lines_total} lines invalid; nothing was written (accept_partial=false)", rejected.len())
+    };
+    Err(ApiError::partial(message, rejected))
+}
