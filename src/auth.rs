@@ -4,8 +4,9 @@
 //! admin token comes from `QUIVER_BOOTSTRAP_TOKEN`; without it, and with no token yet,
 //! one is generated and written to `<data-dir>/auth/bootstrap-token` (mode 0600) — never
 //! only to a log. Accepted forms: `Authorization: Bearer|Token <t>`, `x-api-key: <t>`,
-//! and `?p=<t>` for InfluxDB 1.x clients.
+//! HTTP Basic (the password is the token) and `?p=<t>` for InfluxDB 1.x clients.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -125,11 +126,11 @@ impl Auth {
             return Ok(());
         }
         let token = token_from(headers)
-            .or(query_token)
+            .or(query_token.map(Cow::Borrowed))
             .ok_or(AuthError::Unauthenticated)?;
         let permissions = self
             .tokens
-            .get(&hash(token))
+            .get(&hash(&token))
             .ok_or(AuthError::Unauthenticated)?;
         if permissions
             .iter()
@@ -142,19 +143,33 @@ impl Auth {
     }
 }
 
-fn token_from(headers: &HeaderMap) -> Option<&str> {
+fn token_from(headers: &HeaderMap) -> Option<Cow<'_, str>> {
     if let Some(value) = headers.get("authorization").and_then(|v| v.to_str().ok()) {
         let value = value.trim();
         for scheme in ["Bearer ", "Token ", "bearer ", "token "] {
             if let Some(t) = value.strip_prefix(scheme) {
-                return Some(t.trim());
+                return Some(Cow::Borrowed(t.trim()));
             }
+        }
+        // InfluxDB 1.x clients given a username and password send HTTP Basic: the
+        // password is the token, the username is ignored.
+        if let Some(encoded) = value
+            .strip_prefix("Basic ")
+            .or_else(|| value.strip_prefix("basic "))
+        {
+            use base64::Engine as _;
+            let decoded = base64::engine::general_purpose::STANDARD
+                .decode(encoded.trim())
+                .ok()?;
+            let text = String::from_utf8(decoded).ok()?;
+            let (_, password) = text.split_once(':')?;
+            return Some(Cow::Owned(password.to_string()));
         }
     }
     headers
         .get("x-api-key")
         .and_then(|v| v.to_str().ok())
-        .map(str::trim)
+        .map(|t| Cow::Borrowed(t.trim()))
 }
 
 fn generate_token() -> String {
@@ -205,6 +220,15 @@ mod tests {
         );
         assert_eq!(
             auth.check(&HeaderMap::new(), Some("wrong"), Permission::Read),
+            Err(AuthError::Unauthenticated)
+        );
+        // Basic "user:s3cret" (InfluxDB 1.x clients with username and password).
+        let mut basic = HeaderMap::new();
+        basic.insert("authorization", "Basic dXNlcjpzM2NyZXQ=".parse().unwrap());
+        assert_eq!(auth.check(&basic, None, Permission::Write), Ok(()));
+        basic.insert("authorization", "Basic dXNlcjp3cm9uZw==".parse().unwrap());
+        assert_eq!(
+            auth.check(&basic, None, Permission::Write),
             Err(AuthError::Unauthenticated)
         );
     }

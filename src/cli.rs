@@ -1,4 +1,4 @@
-//! Command-line interface: `quiver serve | sizing ...`.
+//! Command-line interface: `quiver serve | cluster ... | sizing ...`.
 
 use std::path::PathBuf;
 
@@ -18,6 +18,14 @@ pub struct Cli {
 pub enum Command {
     /// Run a node (defaults: 127.0.0.1:8000, ./quiver-data, a single-voter cluster).
     Serve(ServeArgs),
+    /// Cluster membership and status.
+    Cluster {
+        /// What to do.
+        #[command(subcommand)]
+        command: ClusterCommand,
+    },
+    /// Check that replicas agree: sentinel rows, then per-partition content hashes.
+    Verify(crate::verify::VerifyArgs),
     /// Load generation and sizing for operators.
     Sizing {
         /// What to run.
@@ -55,6 +63,53 @@ pub struct ServeArgs {
 /// `quiver sizing ...`
 #[derive(Debug, Subcommand)]
 pub enum SizingCommand {
-    /// Post Arc-shaped MessagePack batches and check persisted == acked.
+    /// Post Arc-shaped MessagePack or line-protocol batches and check persisted == acked.
     Load(quiver_sizing::LoadArgs),
+    /// Failover drill: a 3-node cluster of this binary under load, its leader killed.
+    Drill(quiver_sizing::DrillArgs),
+}
+
+/// Where a cluster command connects.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ClusterTarget {
+    /// Any node of the cluster; changes are forwarded to the leader.
+    #[arg(long, default_value = "http://127.0.0.1:8000")]
+    pub url: String,
+    /// Admin token (or QUIVER_TOKEN).
+    #[arg(long, env = "QUIVER_TOKEN")]
+    pub token: Option<String>,
+}
+
+/// `quiver cluster ...`
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// Role, term, leader, log positions and per-follower lag, as JSON.
+    Status(ClusterTarget),
+    /// Add a node as a learner; returns once it has caught up.
+    AddLearner {
+        #[command(flatten)]
+        target: ClusterTarget,
+        /// The new node's id.
+        #[arg(long)]
+        node_id: u64,
+        /// The new node's address (`http://host:port`).
+        #[arg(long)]
+        addr: String,
+    },
+    /// Make learners voters.
+    Promote {
+        #[command(flatten)]
+        target: ClusterTarget,
+        /// Learner ids.
+        #[arg(long = "node-id", required = true)]
+        node_ids: Vec<u64>,
+    },
+    /// Remove members.
+    Remove {
+        #[command(flatten)]
+        target: ClusterTarget,
+        /// Member ids.
+        #[arg(long = "node-id", required = true)]
+        node_ids: Vec<u64>,
+    },
 }

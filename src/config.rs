@@ -159,6 +159,8 @@ pub struct RaftSection {
     pub snapshot_interval_ms_min: u64,
     /// How often the leader checks flush thresholds.
     pub flush_check_interval_ms: u64,
+    /// How long a write waits for a leader before 503.
+    pub leader_wait_ms: u64,
 }
 
 impl Default for RaftSection {
@@ -170,6 +172,7 @@ impl Default for RaftSection {
             election_timeout_ms_max: d.election_timeout_ms_max,
             snapshot_interval_ms_min: d.snapshot_interval_ms_min,
             flush_check_interval_ms: d.flush_check_interval_ms,
+            leader_wait_ms: d.leader_wait_ms,
         }
     }
 }
@@ -303,6 +306,44 @@ impl Config {
         })
     }
 
+    /// The static voter set: `1=http://host:port,2=...` parsed and checked (ids unique
+    /// and at least 1, addresses `host:port` or `http(s)://host:port`).
+    pub fn peers(&self) -> Result<Vec<(u64, String)>> {
+        let mut out: Vec<(u64, String)> = Vec::new();
+        for part in self
+            .cluster
+            .peers
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+        {
+            let (id, addr) = part.split_once('=').ok_or_else(|| {
+                anyhow!("cluster.peers entry {part:?} must look like 1=http://10.0.0.1:8000")
+            })?;
+            let id: u64 = id
+                .trim()
+                .parse()
+                .ok()
+                .filter(|id| *id >= 1)
+                .ok_or_else(|| {
+                    anyhow!("cluster.peers entry {part:?}: the id must be a number >= 1")
+                })?;
+            let addr = addr.trim().trim_end_matches('/');
+            let host_port = addr
+                .strip_prefix("http://")
+                .or_else(|| addr.strip_prefix("https://"))
+                .unwrap_or(addr);
+            if host_port.is_empty() || !host_port.contains(':') || host_port.contains('/') {
+                bail!("cluster.peers entry {part:?}: the address must be host:port or http://host:port");
+            }
+            if out.iter().any(|(other, _)| *other == id) {
+                bail!("cluster.peers lists node {id} twice");
+            }
+            out.push((id, addr.to_string()));
+        }
+        Ok(out)
+    }
+
     /// The WAL sync mode.
     pub fn wal_sync(&self) -> Result<quiver_wal::SyncMode> {
         self.wal
@@ -317,8 +358,9 @@ impl Config {
         if self.cluster.node_id == 0 {
             bail!("cluster.node_id must be at least 1");
         }
-        if !self.cluster.peers.trim().is_empty() {
-            bail!("cluster.peers: multi-node clusters are not available in this build yet; run without --peers");
+        let peers = self.peers()?;
+        if !peers.is_empty() && self.cluster.secret.trim().len() < 16 {
+            bail!("cluster.secret (QUIVER_CLUSTER_SECRET) must be set to at least 16 characters when cluster.peers is");
         }
         if self.raft.election_timeout_ms_min <= self.raft.heartbeat_interval_ms
             || self.raft.election_timeout_ms_max <= self.raft.election_timeout_ms_min

@@ -2,10 +2,12 @@
 
 mod auth;
 mod cli;
+mod cluster_cli;
 mod config;
 mod http;
 mod node;
 mod telemetry;
+mod verify;
 
 use clap::Parser;
 
@@ -16,9 +18,14 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => run_serve(args),
+        Command::Cluster { command } => run_async(cluster_cli::run(command)),
+        Command::Verify(args) => run_async(verify::run(args)),
         Command::Sizing {
             command: SizingCommand::Load(args),
         } => run_async(quiver_sizing::run_load(args)),
+        Command::Sizing {
+            command: SizingCommand::Drill(args),
+        } => run_async(quiver_sizing::run_drill(args)),
     };
     if let Err(e) = result {
         eprintln!("quiver: {e:#}");

@@ -45,13 +45,22 @@ pub async fn serve(config: Config) -> Result<()> {
     if let Some(reason) = &report.catalog.rebuilt_because {
         tracing::warn!(%reason, files = report.catalog.files, "catalog was rebuilt from the Parquet files");
     }
+    let peers = config.peers()?;
+    let own_peer_addr = peers
+        .iter()
+        .find(|(id, _)| *id == config.cluster.node_id)
+        .map(|(_, addr)| addr.clone());
     let raft_config = RaftConfig {
         node_id: config.cluster.node_id,
         advertise_addr: config
             .cluster
             .advertise_addr
             .clone()
+            .or(own_peer_addr)
             .unwrap_or_else(|| config.http.addr.clone()),
+        peers,
+        secret: config.cluster.secret.clone(),
+        leader_wait_ms: config.raft.leader_wait_ms,
         data_dir: data_dir.clone(),
         wal: WalConfig {
             dir: config.wal_dir(),

@@ -19,8 +19,9 @@ pub enum Error {
     Raft(String),
 }
 
-/// Why a proposal was not committed. Nothing of it was applied.
-#[derive(Debug, thiserror::Error)]
+/// Why a proposal was not committed. Nothing of it was applied, except for
+/// [`WriteError::Unknown`].
+#[derive(Debug, Clone, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum WriteError {
     /// This node does not lead; the leader, if known, is named.
     #[error("not the leader (leader: {leader:?})")]
@@ -31,4 +32,8 @@ pub enum WriteError {
     /// The cluster cannot commit right now (no quorum, shutting down, storage failed).
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// The request reached the leader but its answer was lost (connection broken or
+    /// timed out): it may or may not have been applied. Never retried automatically.
+    #[error("outcome unknown: {0}")]
+    Unknown(String),
 }

@@ -13,18 +13,26 @@
 mod command;
 mod durable_file;
 mod error;
+mod file_transfer;
+mod forward;
 mod log_store;
 mod network;
 mod node;
+mod peer_client;
 mod snapshot_file;
 mod state_machine;
 mod types;
 
 pub use command::{Command, CommandResult, FlushCommand, TablePayload, WriteCommand};
 pub use error::{Error, WriteError};
+pub use file_transfer::{is_servable_path, FILES_PATH};
+pub use forward::{LeaderAnswer, LeaderRequest, FORWARD_PATH};
 pub use log_store::LogStore;
-pub use network::{NoPeers, NoPeersFactory};
+pub use network::{paths as raft_paths, HttpNetworkFactory, HttpPeer};
 pub use node::{RaftConfig, RaftNode};
+pub use peer_client::{
+    base_url, secret_matches, PeerClient, PeerError, INTERNAL_CONTENT_TYPE, SECRET_HEADER,
+};
 pub use state_machine::{SnapshotBuilder, StateMachine};
 pub use types::{
     Entry, LogId, NodeId, Raft, SnapshotMeta, StorageError, StoredMembership, TypeConfig, Vote,

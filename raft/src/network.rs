@@ -1,66 +1,137 @@
-//! Node-to-node transport for openraft.
+//! Node-to-node transport for openraft: HTTP POSTs to the peer's own port under
+//! `/internal/raft/`, MessagePack bodies, the cluster secret in a header.
 //!
-//! A single-voter cluster never sends a message, so this is the transport of a node that
-//! has no peers: every call reports the target unreachable. The HTTP transport under
-//! `/internal/` replaces it when clusters of several nodes land (issue 4).
+//! The peer answers 200 with the MessagePack of `Result<Response, RaftError>`; any other
+//! status or a broken connection is a transport failure, which openraft retries on its
+//! next heartbeat. Snapshots travel in openraft's chunks (`snapshot_max_chunk_size`), so
+//! neither side holds a whole snapshot in memory.
 
-use openraft::error::{InstallSnapshotError, RPCError, RaftError, Unreachable};
-use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use std::time::Duration;
+
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Timeout, Unreachable,
+};
+use openraft::network::{RPCOption, RPCTypes, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
 use openraft::BasicNode;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
+use crate::peer_client::{PeerClient, PeerError};
 use crate::types::{NodeId, TypeConfig};
 
-/// Builds [`NoPeers`] connections.
-#[derive(Debug, Clone, Default)]
-pub struct NoPeersFactory;
-
-/// A connection to a peer that a single-node cluster does not have.
-#[derive(Debug, Clone, Default)]
-pub struct NoPeers;
-
-fn unreachable<E: std::error::Error>(target: &str) -> RPCError<NodeId, BasicNode, E> {
-    RPCError::Unreachable(Unreachable::new(&std::io::Error::other(format!(
-        "node has no network to reach {target}"
-    ))))
+/// `/internal/` paths of the Raft RPCs.
+pub mod paths {
+    /// AppendEntries (also heartbeats).
+    pub const APPEND: &str = "/internal/raft/append";
+    /// RequestVote.
+    pub const VOTE: &str = "/internal/raft/vote";
+    /// One chunk of InstallSnapshot.
+    pub const SNAPSHOT: &str = "/internal/raft/snapshot";
 }
 
-impl RaftNetworkFactory<TypeConfig> for NoPeersFactory {
-    type Network = NoPeers;
+/// Builds [`HttpPeer`] connections.
+#[derive(Clone)]
+pub struct HttpNetworkFactory {
+    source: NodeId,
+    client: PeerClient,
+}
 
-    async fn new_client(&mut self, _target: NodeId, _node: &BasicNode) -> NoPeers {
-        NoPeers
+impl HttpNetworkFactory {
+    /// Connections from node `source` presenting the client's secret.
+    pub fn new(source: NodeId, client: PeerClient) -> Self {
+        HttpNetworkFactory { source, client }
     }
 }
 
-impl RaftNetwork<TypeConfig> for NoPeers {
+/// The connection to one peer.
+pub struct HttpPeer {
+    source: NodeId,
+    target: NodeId,
+    node: BasicNode,
+    client: PeerClient,
+}
+
+impl RaftNetworkFactory<TypeConfig> for HttpNetworkFactory {
+    type Network = HttpPeer;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> HttpPeer {
+        HttpPeer {
+            source: self.source,
+            target,
+            node: node.clone(),
+            client: self.client.clone(),
+        }
+    }
+}
+
+impl HttpPeer {
+    async fn rpc<Req, Resp, E>(
+        &self,
+        action: RPCTypes,
+        path: &str,
+        request: &Req,
+        option: &RPCOption,
+    ) -> Result<Resp, RPCError<NodeId, BasicNode, E>>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let ttl = option.hard_ttl();
+        let answer: Result<Result<Resp, E>, PeerError> =
+            self.client.call(&self.node.addr, path, request, ttl).await;
+        match answer {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(remote)) => Err(RPCError::RemoteError(RemoteError::new_with_node(
+                self.target,
+                self.node.clone(),
+                remote,
+            ))),
+            Err(PeerError::Timeout { .. }) => Err(RPCError::Timeout(Timeout {
+                action,
+                id: self.source,
+                target: self.target,
+                timeout: ttl.max(Duration::from_millis(1)),
+            })),
+            Err(e @ (PeerError::Unreachable { .. } | PeerError::Refused { .. })) => {
+                Err(RPCError::Unreachable(Unreachable::new(&e)))
+            }
+            Err(e @ PeerError::Protocol { .. }) => Err(RPCError::Network(NetworkError::new(&e))),
+        }
+    }
+}
+
+impl RaftNetwork<TypeConfig> for HttpPeer {
     async fn append_entries(
         &mut self,
-        _rpc: AppendEntriesRequest<TypeConfig>,
-        _option: RPCOption,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        Err(unreachable("a peer"))
+        self.rpc(RPCTypes::AppendEntries, paths::APPEND, &rpc, &option)
+            .await
     }
 
     async fn install_snapshot(
         &mut self,
-        _rpc: InstallSnapshotRequest<TypeConfig>,
-        _option: RPCOption,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
     ) -> Result<
         InstallSnapshotResponse<NodeId>,
         RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
     > {
-        Err(unreachable("a peer"))
+        self.rpc(RPCTypes::InstallSnapshot, paths::SNAPSHOT, &rpc, &option)
+            .await
     }
 
     async fn vote(
         &mut self,
-        _rpc: VoteRequest<NodeId>,
-        _option: RPCOption,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        Err(unreachable("a peer"))
+        self.rpc(RPCTypes::Vote, paths::VOTE, &rpc, &option).await
     }
 }

@@ -13,14 +13,18 @@ use std::sync::Arc;
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{EntryPayload, ErrorSubject, ErrorVerb, RaftSnapshotBuilder};
 use parking_lot::Mutex;
-use quiver_storage::{Error as StorageErr, LogIndex, MemoryImage, Storage};
+use quiver_storage::{Error as StorageErr, FileMeta, LogIndex, MemoryImage, Storage};
 use tokio::io::AsyncSeekExt;
 
 use crate::command::{Command, CommandResult};
+use crate::file_transfer::fetch_file;
+use crate::peer_client::PeerClient;
 use crate::snapshot_file::{
     latest_snapshot, read_meta, read_snapshot, read_snapshot_from, snapshot_dir, write_snapshot,
 };
-use crate::types::{Entry, LogId, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
+use crate::types::{
+    Entry, LogId, NodeId, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
+};
 
 fn sm_err(verb: ErrorVerb, e: impl std::fmt::Display) -> StorageError {
     StorageError::from_io_error(
@@ -50,6 +54,9 @@ pub struct StateMachine {
     storage: Arc<Storage>,
     dir: PathBuf,
     applied: Arc<Mutex<Applied>>,
+    /// Reaches peers for the Parquet files an installed snapshot names.
+    peers: PeerClient,
+    node_id: NodeId,
 }
 
 impl StateMachine {
@@ -58,6 +65,8 @@ impl StateMachine {
     pub async fn open(
         storage: Arc<Storage>,
         data_dir: &Path,
+        node_id: NodeId,
+        peers: PeerClient,
     ) -> Result<StateMachine, StorageError> {
         let dir = snapshot_dir(data_dir);
         std::fs::create_dir_all(&dir).map_err(|e| snapshot_err(ErrorVerb::Write, e))?;
@@ -80,6 +89,8 @@ impl StateMachine {
             storage,
             dir,
             applied: Arc::new(Mutex::new(applied)),
+            peers,
+            node_id,
         })
     }
 
@@ -91,6 +102,61 @@ impl StateMachine {
     /// The last applied log id.
     pub fn last_applied(&self) -> Option<LogId> {
         self.applied.lock().last_applied
+    }
+
+    /// Streams every file of the snapshot's manifest this node lacks from a peer (the
+    /// snapshot's sender first is not known here, so members are tried in id order) and
+    /// adopts it. Fails, and the install is retried by the leader, if a file cannot be
+    /// had from any member.
+    async fn fetch_missing_files(
+        &self,
+        meta: &SnapshotMeta,
+        files: &[FileMeta],
+    ) -> Result<(), StorageError> {
+        let members: Vec<(NodeId, String)> = meta
+            .last_membership
+            .membership()
+            .nodes()
+            .filter(|(id, _)| **id != self.node_id)
+            .map(|(id, node)| (*id, node.addr.clone()))
+            .collect();
+        let mut fetched = 0u64;
+        let mut bytes = 0u64;
+        for file in files.iter().filter(|f| !self.storage.has_file(f)) {
+            let staged = self.storage.incoming_path(file);
+            let mut last_error = String::from("no peer to fetch from");
+            let mut adopted = false;
+            for (id, addr) in &members {
+                match fetch_file(&self.peers, addr, file, &staged).await {
+                    Ok(()) => match self.storage.adopt_file(file, &staged).await {
+                        Ok(()) => {
+                            adopted = true;
+                            break;
+                        }
+                        Err(e) => last_error = format!("node {id}: {e}"),
+                    },
+                    Err(e) => last_error = format!("node {id}: {e}"),
+                }
+            }
+            let _ = tokio::fs::remove_file(&staged).await;
+            if !adopted {
+                return Err(snapshot_err(
+                    ErrorVerb::Read,
+                    format!("cannot fetch {} for the snapshot: {last_error}", file.path),
+                ));
+            }
+            fetched += 1;
+            bytes += file.size_bytes;
+        }
+        if fetched > 0 {
+            tracing::info!(
+                files = fetched,
+                bytes,
+                "fetched Parquet files for a snapshot"
+            );
+            metrics::counter!("quiver_snapshot_files_fetched_total").increment(fetched);
+        }
+        Ok(())
     }
 
     fn apply_one(&self, entry: &Entry) -> Result<CommandResult, StorageError> {
@@ -201,6 +267,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             ));
         }
         self.storage.reset_memory();
+        self.fetch_missing_files(meta, &image.files).await?;
         self.storage
             .restore_memory(image.clone())
             .map_err(|e| snapshot_err(ErrorVerb::Write, e))?;

@@ -65,6 +65,32 @@ pub fn encode_columnar_batch(
     buf
 }
 
+/// Encodes rows `first..first + rows` as line protocol with nanosecond timestamps: the
+/// same rows [`encode_columnar_batch`] makes, so the two formats compare like for like.
+pub fn encode_lp_batch(
+    shape: &BatchShape,
+    host_names: &[String],
+    first: u64,
+    rows: u64,
+) -> Vec<u8> {
+    use std::io::Write;
+    let mut buf = Vec::with_capacity(rows as usize * 110);
+    for seq in first..first + rows {
+        // Writing into a Vec cannot fail.
+        let _ = writeln!(
+            buf,
+            "{},host={} usage_user={},usage_system={},usage_idle={} {}",
+            shape.measurement,
+            host_names[(seq % shape.hosts) as usize],
+            field(seq, 1),
+            field(seq, 2),
+            field(seq, 3),
+            shape.time_of(seq)
+        );
+    }
+    buf
+}
+
 /// Host names `host-0 .. host-{n-1}`.
 pub fn host_names(hosts: u64) -> Vec<String> {
     (0..hosts).map(|h| format!("host-{h}")).collect()
@@ -95,6 +121,18 @@ mod tests {
         keys.sort();
         keys.dedup();
         assert_eq!(keys.len(), 7);
+        let lp = String::from_utf8(encode_lp_batch(&shape, &names, 0, 7)).unwrap();
+        let first = lp.lines().next().unwrap();
+        assert_eq!(
+            first,
+            format!(
+                "cpu,host=host-0 usage_user={},usage_system={},usage_idle={} 1700000000000000000",
+                field(0, 1),
+                field(0, 2),
+                field(0, 3)
+            )
+        );
+        assert_eq!(lp.lines().count(), 7);
         let f = field(5, 1);
         assert_eq!((f * 100.0).round() / 100.0, f);
     }

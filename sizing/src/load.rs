@@ -8,11 +8,29 @@ use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::sync::Mutex as StdMutex;
 
-use crate::batch::{encode_columnar_batch, host_names, BatchShape};
+use crate::batch::{encode_columnar_batch, encode_lp_batch, host_names, BatchShape};
 use crate::report::{Latency, LoadReport};
 
 /// Most error messages kept for the report.
 const ERRORS_KEPT_MAX: usize = 10;
+
+/// How batches are encoded and where they are posted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum WireFormat {
+    /// Arc's columnar MessagePack.
+    Msgpack,
+    /// InfluxDB line protocol, nanosecond timestamps.
+    Lp,
+}
+
+impl WireFormat {
+    fn name(self) -> &'static str {
+        match self {
+            WireFormat::Msgpack => "msgpack",
+            WireFormat::Lp => "lp",
+        }
+    }
+}
 
 /// Flags of `quiver sizing load`.
 #[derive(Debug, Clone, clap::Args)]
@@ -29,9 +47,10 @@ pub struct LoadArgs {
     /// Measurement.
     #[arg(long, default_value = "cpu")]
     pub measurement: String,
-    /// Wire format: msgpack.
-    #[arg(long, default_value = "msgpack")]
-    pub format: String,
+    /// Wire format: `msgpack` (Arc's columnar, to `/api/v1/write/msgpack`) or `lp`
+    /// (line protocol, to `/write?db=`, which InfluxDB and VictoriaMetrics also serve).
+    #[arg(long, value_enum, default_value_t = WireFormat::Msgpack)]
+    pub format: WireFormat,
     /// Rows per request.
     #[arg(long, default_value_t = 5000)]
     pub batch_size: u64,
@@ -109,9 +128,6 @@ pub async fn run_load(args: LoadArgs) -> Result<()> {
 
 /// Runs a load and returns its report.
 pub async fn load(args: LoadArgs) -> Result<LoadReport> {
-    if args.format != "msgpack" {
-        bail!("--format {:?}: supported formats are msgpack", args.format);
-    }
     if args.batch_size == 0 || args.workers == 0 || args.hosts == 0 {
         bail!("--batch-size, --workers and --hosts must be at least 1");
     }
@@ -154,7 +170,18 @@ pub async fn load(args: LoadArgs) -> Result<LoadReport> {
         ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {msg}")
             .map_err(|e| anyhow!("progress style: {e}"))?,
     );
-    let url = format!("{}/api/v1/write/msgpack", args.url.trim_end_matches('/'));
+    let base = args.url.trim_end_matches('/');
+    let (url, content_type) = match args.format {
+        WireFormat::Msgpack => (
+            format!("{base}/api/v1/write/msgpack"),
+            "application/msgpack",
+        ),
+        WireFormat::Lp => (
+            format!("{base}/write?db={}&precision=ns", args.database),
+            "text/plain; charset=utf-8",
+        ),
+    };
+    let format = args.format;
     let mut tasks = Vec::with_capacity(args.workers);
     for _ in 0..args.workers {
         let (client, shared, shape, names, url) = (
@@ -169,10 +196,13 @@ pub async fn load(args: LoadArgs) -> Result<LoadReport> {
         tasks.push(tokio::spawn(async move {
             let mut latencies: Vec<u32> = Vec::new();
             while let Some((first, rows)) = shared.claim(batch_size) {
-                let body = encode_columnar_batch(&shape, &names, first, rows);
+                let body = match format {
+                    WireFormat::Msgpack => encode_columnar_batch(&shape, &names, first, rows),
+                    WireFormat::Lp => encode_lp_batch(&shape, &names, first, rows),
+                };
                 let mut request = client
                     .post(&url)
-                    .header("content-type", "application/msgpack")
+                    .header("content-type", content_type)
                     .header("x-arc-database", &database)
                     .body(body);
                 if let Some(t) = &token {
@@ -236,7 +266,7 @@ pub async fn load(args: LoadArgs) -> Result<LoadReport> {
     let rows_sent = acked + failed_rows;
     let mut report = LoadReport {
         url: args.url.clone(),
-        format: args.format.clone(),
+        format: args.format.name().to_string(),
         database: args.database.clone(),
         measurement: args.measurement.clone(),
         workers: args.workers,

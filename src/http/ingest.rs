@@ -94,13 +94,20 @@ pub async fn propose(app: &AppState, command: WriteCommand) -> Result<(), ApiErr
         ))),
         Err(WriteError::NotLeader { leader }) => Err(ApiError::overloaded(
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("this node is not the leader (leader: {leader:?}); retry"),
+            format!("no leader reachable (last known: {leader:?}); retry"),
             RETRY_AFTER_S,
         )),
         Err(WriteError::Unavailable(message)) => Err(ApiError::overloaded(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("cannot commit writes now: {message}"),
             RETRY_AFTER_S,
+        )),
+        // Not a 503: that would promise nothing was written.
+        Err(WriteError::Unknown(message)) => Err(ApiError::with_status(
+            StatusCode::GATEWAY_TIMEOUT,
+            format!(
+                "the leader did not answer; the write may or may not have been applied: {message}"
+            ),
         )),
     }
 }

@@ -47,7 +47,7 @@ fn precision_of(dialect: Dialect, params: &HashMap<String, String>) -> Result<Pr
     };
     parsed.ok_or_else(|| {
         let allowed = match dialect {
-            Dialect::V1 => "ns, u, ms or s",
+            Dialect::V1 => "ns (or n), u, ms, s, m or h",
             Dialect::V2 | Dialect::Arc => "ns, us, ms or s",
             Dialect::V3 => "auto, nanosecond, microsecond, millisecond or second",
         };

@@ -1,8 +1,11 @@
 //! The HTTP API (API.md): one file per group of endpoints, this one wires the router.
 
 mod body;
+mod cluster;
+mod digest;
 mod error;
 mod ingest;
+mod internal;
 mod line_protocol;
 mod msgpack;
 mod ops;
@@ -60,6 +63,9 @@ impl AppState {
     }
 }
 
+/// Largest `/internal/` request body.
+const INTERNAL_BODY_BYTES_MAX: usize = 1 << 30;
+
 /// The router of every public endpoint.
 pub fn router(state: AppState) -> Router {
     Router::new()
@@ -78,6 +84,28 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/query", post(query::query_json))
         .route("/api/v1/query/arrow", post(query::query_arrow))
         .route("/api/v1/measurements", get(ops::measurements))
-        .route("/api/v1/cluster/status", get(ops::cluster_status))
+        .route("/api/v1/cluster/status", get(cluster::cluster_status))
+        .route("/api/v1/cluster/digest", get(digest::digest))
+        .route(
+            "/api/v1/cluster/add-learner",
+            post(cluster::cluster_add_learner),
+        )
+        .route("/api/v1/cluster/promote", post(cluster::cluster_promote))
+        .route("/api/v1/cluster/remove", post(cluster::cluster_remove))
+        .merge(internal_router())
         .with_state(state)
+}
+
+/// `/internal/`: peers only (cluster secret). Raft batches can be larger than a client
+/// request, so these routes take up to [`INTERNAL_BODY_BYTES_MAX`].
+fn internal_router() -> Router<AppState> {
+    Router::new()
+        .route(quiver_raft::raft_paths::APPEND, post(internal::append))
+        .route(quiver_raft::raft_paths::VOTE, post(internal::vote))
+        .route(quiver_raft::raft_paths::SNAPSHOT, post(internal::snapshot))
+        .route(quiver_raft::FORWARD_PATH, post(internal::forward))
+        .route("/internal/files/{*path}", get(internal::file))
+        .layer(axum::extract::DefaultBodyLimit::max(
+            INTERNAL_BODY_BYTES_MAX,
+        ))
 }

@@ -1,5 +1,5 @@
-//! Operations endpoints: health, readiness, Prometheus metrics, the measurements list
-//! and this node's Raft status.
+//! Operations endpoints: health, readiness, Prometheus metrics and the measurements
+//! list.
 
 use std::collections::HashMap;
 
@@ -63,7 +63,8 @@ fn rfc3339(ns: Option<i64>) -> Value {
     }
 }
 
-/// `GET /api/v1/measurements?database=`: tables with their file counts and time range.
+/// `GET /api/v1/measurements?database=`: tables with their file counts and time range,
+/// as `{"success": true, "measurements": [...]}`.
 pub async fn measurements(
     State(app): State<AppState>,
     Query(params): Query<HashMap<String, String>>,
@@ -94,48 +95,8 @@ pub async fn measurements(
             })
         })
         .collect();
-    Ok(Json(Value::Array(list)))
-}
-
-/// `GET /api/v1/cluster/status`: role, term, leader, log and apply positions.
-pub async fn cluster_status(
-    State(app): State<AppState>,
-    Query(params): Query<HashMap<String, String>>,
-    headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
-    app.auth.check(
-        &headers,
-        params.get("p").map(String::as_str),
-        Permission::Read,
-    )?;
-    let m = app.node.raft.metrics().borrow().clone();
-    let role = format!("{:?}", m.state).to_lowercase();
-    let followers: Vec<Value> = match &m.replication {
-        Some(r) => r
-            .iter()
-            .filter(|(id, _)| **id != m.id)
-            .map(|(id, matched)| {
-                let matched_index = matched.map(|l| l.index);
-                let lag = m.last_log_index.unwrap_or(0).saturating_sub(matched_index.unwrap_or(0));
-                json!({"node_id": id, "matched_index": matched_index, "lag_entries": lag, "attached": lag == 0})
-            })
-            .collect(),
-        None => Vec::new(),
-    };
-    let wal = app.node.log.wal().stats();
-    Ok(Json(json!({
-        "success": true,
-        "node_id": m.id,
-        "role": role,
-        "term": m.current_term,
-        "leader": m.current_leader,
-        "last_log_index": m.last_log_index,
-        "commit_index": app.node.log.committed().map(|l| l.index),
-        "applied_index": m.last_applied.map(|l| l.index),
-        "snapshot_index": m.snapshot.map(|l| l.index),
-        "purged_index": m.purged.map(|l| l.index),
-        "wal": {"bytes_on_disk": wal.bytes_on_disk, "segments": wal.segments, "fsyncs": wal.fsyncs, "appends": wal.appends},
-        "members": m.membership_config.membership().voter_ids().collect::<Vec<_>>(),
-        "followers": followers,
-    })))
+    // API.md shows a bare array; Arc's SDK (`list_measurements`) reads
+    // `{"success": true, "measurements": [...]}`, and working with Arc's clients
+    // unchanged is the promise, so the list is wrapped.
+    Ok(Json(json!({"success": true, "measurements": list})))
 }

@@ -61,7 +61,7 @@ async fn run(
     match request.consistency.as_deref() {
         None | Some("local") => {}
         Some("linearizable") => {
-            app.node.raft.ensure_linearizable().await.map_err(|e| {
+            app.node.read_barrier().await.map_err(|e| {
                 ApiError::overloaded(
                     StatusCode::SERVICE_UNAVAILABLE,
                     format!("linearizable read unavailable: {e}"),

@@ -156,18 +156,7 @@ impl Storage {
         let mut states: BTreeMap<TableKey, TableState> = BTreeMap::new();
         for meta in files {
             let key = TableKey::new(meta.database.clone(), meta.measurement.clone());
-            let state = states.entry(key).or_default();
-            let columns = meta
-                .columns
-                .iter()
-                .filter_map(|c| c.kind().map(|k| (c.name.as_str(), k)));
-            let file_schema = crate::schema::canonical_schema(columns);
-            if let Some(grown) = state.schema.merge(&meta.measurement, &file_schema)? {
-                state.schema = grown;
-            }
-            state.flushed_through = state.flushed_through.max(meta.log_last);
-            state.frozen_through = state.flushed_through;
-            state.files.push(meta);
+            states.entry(key).or_default().add_file(meta)?;
         }
         let mut tables = BTreeMap::new();
         for (key, mut state) in states {
@@ -447,6 +436,76 @@ impl Storage {
             }
             dir = d.parent();
         }
+        Ok(())
+    }
+
+    /// Whether this node already holds the Parquet file `meta` describes.
+    pub fn has_file(&self, meta: &FileMeta) -> bool {
+        self.tables
+            .read()
+            .get(&TableKey::new(
+                meta.database.as_str(),
+                meta.measurement.as_str(),
+            ))
+            .is_some_and(|t| t.state.read().files.iter().any(|f| f.path == meta.path))
+    }
+
+    /// Where a file being received from a peer is staged: inside the storage directory,
+    /// so adopting it is a rename on the same filesystem.
+    pub fn incoming_path(&self, meta: &FileMeta) -> PathBuf {
+        let name = meta.path.replace('/', "_");
+        self.config
+            .dir
+            .join("incoming")
+            .join(format!("{name}.part"))
+    }
+
+    /// Takes a Parquet file written by another replica (snapshot catch-up), staged at
+    /// `staged`: checks that its footer describes exactly `meta`, moves it into place,
+    /// makes it durable and records it, as if this node had written it. Segments are
+    /// deterministic (the same log range gives the same file on every replica), so the
+    /// file is the one this node would have written itself.
+    pub async fn adopt_file(&self, meta: &FileMeta, staged: &Path) -> Result<()> {
+        let io = |source| Error::Io {
+            path: staged.to_path_buf(),
+            source,
+        };
+        let size = std::fs::metadata(staged).map_err(io)?.len();
+        if size != meta.size_bytes {
+            return Err(Error::Corrupt {
+                path: staged.display().to_string(),
+                reason: format!("received {size} bytes, expected {}", meta.size_bytes),
+            });
+        }
+        let object = ObjectPath::from(meta.path.as_str());
+        let target = self.local.path_to_filesystem(&object)?;
+        if let Some(parent) = target.parent() {
+            create_dir(parent)?;
+        }
+        fsync_path(staged)?;
+        std::fs::rename(staged, &target).map_err(io)?;
+        self.fsync_object(&object)?;
+        let found = crate::catalog::read_footer(&self.store, &meta.path, size).await;
+        match found {
+            Ok(found) if &found == meta => {}
+            other => {
+                let _ = std::fs::remove_file(&target);
+                return Err(Error::Corrupt {
+                    path: meta.path.clone(),
+                    reason: match other {
+                        Ok(found) => format!("footer describes {found:?}, expected {meta:?}"),
+                        Err(e) => e.to_string(),
+                    },
+                });
+            }
+        }
+        self.catalog.insert(std::slice::from_ref(meta))?;
+        let table = self.table(&TableKey::new(
+            meta.database.as_str(),
+            meta.measurement.as_str(),
+        ));
+        let mut state = table.state.write();
+        state.add_file(meta.clone())?;
         Ok(())
     }
 

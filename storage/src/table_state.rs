@@ -100,6 +100,27 @@ impl TableState {
         true
     }
 
+    /// Records a file found on disk or received from a peer: its columns join the
+    /// schema and its log range counts as flushed. Keeps files ordered.
+    pub fn add_file(&mut self, meta: FileMeta) -> Result<()> {
+        let columns = meta
+            .columns
+            .iter()
+            .filter_map(|c| c.kind().map(|k| (c.name.as_str(), k)));
+        let file_schema = crate::schema::canonical_schema(columns);
+        if let Some(grown) = self.schema.merge(&meta.measurement, &file_schema)? {
+            self.schema = grown;
+        }
+        self.flushed_through = self.flushed_through.max(meta.log_last);
+        self.frozen_through = self.frozen_through.max(self.flushed_through);
+        let key = (meta.log_last, meta.time_min);
+        let at = self
+            .files
+            .partition_point(|f| (f.log_last, f.time_min) <= key);
+        self.files.insert(at, meta);
+        Ok(())
+    }
+
     /// Records that the oldest frozen segment is now the given files. Returns the bytes
     /// of memory released.
     pub fn segment_written(&mut self, log_last: LogIndex, files: Vec<FileMeta>) -> usize {

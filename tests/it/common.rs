@@ -121,6 +121,33 @@ impl Node {
         status.code()
     }
 
+    /// Sends a signal (`STOP`, `CONT`, ...) to the process.
+    pub fn signal(&self, signal: &str) {
+        if let Some(child) = &self.child {
+            let status = Command::new("kill")
+                .arg(format!("-{signal}"))
+                .arg(child.id().to_string())
+                .status()
+                .expect("run kill");
+            assert!(status.success(), "kill -{signal} failed");
+        }
+    }
+
+    /// `GET /api/v1/cluster/status`, or `Null` if the node does not answer.
+    pub async fn status(&self) -> Value {
+        let r = self
+            .client
+            .get(format!("{}/api/v1/cluster/status", self.url))
+            .bearer_auth(TOKEN)
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await;
+        match r {
+            Ok(r) => r.json().await.unwrap_or(Value::Null),
+            Err(_) => Value::Null,
+        }
+    }
+
     /// Starts the same node again (after kill or terminate).
     pub async fn restart(&mut self) {
         self.kill();

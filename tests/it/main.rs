@@ -2,6 +2,7 @@
 //! killed with SIGKILL, restarted, and read back.
 
 mod catalog_rebuild;
+mod cluster;
 mod common;
 mod config_errors;
 mod crash;

@@ -95,6 +95,70 @@ impl Writers {
         }
     }
 
+    /// Starts `n` writers against a cluster: each posts to one node and, when a request
+    /// fails (no answer, 5xx), records the batch as unknown and moves on to the next
+    /// node, the way a client with a list of endpoints reconnects by itself.
+    pub fn start_cluster(
+        urls: Vec<String>,
+        database: &str,
+        measurement: &str,
+        n: usize,
+        next_batch: Arc<AtomicI64>,
+    ) -> Writers {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked_count = Arc::new(AtomicI64::new(0));
+        let mut handles = Vec::new();
+        for w in 0..n {
+            let (stop, next, acked_count) = (stop.clone(), next_batch.clone(), acked_count.clone());
+            let urls = urls.clone();
+            let (db, m) = (database.to_string(), measurement.to_string());
+            let client = reqwest::Client::builder()
+                .timeout(std::time::Duration::from_secs(30))
+                .build()
+                .expect("client");
+            handles.push(tokio::spawn(async move {
+                let mut out = Outcome::default();
+                let mut at = w % urls.len();
+                while !stop.load(Ordering::Relaxed) {
+                    let id = next.fetch_add(1, Ordering::Relaxed);
+                    let base = 1_700_000_000_000_000_000 + id * ROWS_PER_BATCH as i64 * 1_000;
+                    let body = batch_payload(&m, id, ROWS_PER_BATCH, base, 7);
+                    let response = client
+                        .post(format!("{}/api/v1/write/msgpack", urls[at]))
+                        .bearer_auth(TOKEN)
+                        .header("x-arc-database", &db)
+                        .body(body)
+                        .send()
+                        .await;
+                    match response {
+                        Ok(r) if r.status().as_u16() == 204 => {
+                            out.acked.insert(id);
+                            acked_count.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(r) if r.status().is_client_error() => {
+                            panic!(
+                                "batch {id} refused: {} {}",
+                                r.status(),
+                                r.text().await.unwrap_or_default()
+                            )
+                        }
+                        Ok(_) | Err(_) => {
+                            out.unknown.insert(id);
+                            at = (at + 1) % urls.len();
+                            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                        }
+                    }
+                }
+                out
+            }));
+        }
+        Writers {
+            stop,
+            handles,
+            acked_count,
+        }
+    }
+
     /// Stops the writers (after their current request) and collects what they saw.
     pub async fn finish(self) -> Outcome {
         self.stop.store(true, Ordering::Relaxed);

@@ -28,7 +28,13 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, TempDir> for Builder {
         })
         .await
         .expect("open storage");
-        let sm = StateMachine::open(Arc::new(storage), &dir.path().join("data")).await?;
+        let sm = StateMachine::open(
+            Arc::new(storage),
+            &dir.path().join("data"),
+            1,
+            quiver_raft::PeerClient::new(""),
+        )
+        .await?;
         Ok((dir, log, sm))
     }
 }

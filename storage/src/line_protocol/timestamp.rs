@@ -12,6 +12,10 @@ pub enum Precision {
     Milliseconds,
     /// Seconds since the epoch.
     Seconds,
+    /// Minutes since the epoch (InfluxDB 1.x `m`).
+    Minutes,
+    /// Hours since the epoch (InfluxDB 1.x `h`).
+    Hours,
     /// Decided per timestamp by its magnitude, as for MessagePack (InfluxDB 3's default):
     /// below 1e10 seconds, below 1e13 milliseconds, below 1e16 microseconds, otherwise
     /// nanoseconds. Negative timestamps go by their absolute value. This reads any
@@ -25,14 +29,16 @@ const NS_PER_MS: i64 = 1_000_000;
 const NS_PER_S: i64 = 1_000_000_000;
 
 impl Precision {
-    /// InfluxDB 1.x `/write`: `ns`, `u` (and `us`), `ms`, `s`. The minute and hour
-    /// units of 1.x (`m`, `h`) are not supported: `None` lets the caller answer 400.
+    /// InfluxDB 1.x `/write`: `ns` (and `n`, which the 1.x Python client and QuestDB's
+    /// ILP-over-HTTP client send), `u` (and `us`), `ms`, `s`, `m`, `h`.
     pub fn parse_v1(s: &str) -> Option<Self> {
         match s {
-            "ns" => Some(Precision::Nanoseconds),
+            "ns" | "n" => Some(Precision::Nanoseconds),
             "u" | "us" => Some(Precision::Microseconds),
             "ms" => Some(Precision::Milliseconds),
             "s" => Some(Precision::Seconds),
+            "m" => Some(Precision::Minutes),
+            "h" => Some(Precision::Hours),
             _ => None,
         }
     }
@@ -68,6 +74,8 @@ impl Precision {
             Precision::Microseconds => "us",
             Precision::Milliseconds => "ms",
             Precision::Seconds => "s",
+            Precision::Minutes => "m",
+            Precision::Hours => "h",
             Precision::Auto => "auto",
         }
     }
@@ -79,6 +87,8 @@ impl Precision {
             Precision::Microseconds => NS_PER_US,
             Precision::Milliseconds => NS_PER_MS,
             Precision::Seconds => NS_PER_S,
+            Precision::Minutes => 60 * NS_PER_S,
+            Precision::Hours => 3_600 * NS_PER_S,
             Precision::Auto => auto_scale(ts),
         };
         ts.checked_mul(scale)

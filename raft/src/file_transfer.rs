@@ -1,0 +1,110 @@
+//! Parquet files for a snapshot being installed: a snapshot carries the manifest of the
+//! leader's files, not their bytes; the files this node lacks are streamed from a peer
+//! (`GET /internal/files/{path}`) to a staging file, checked and adopted by storage.
+//! A file is never held whole in memory.
+
+use std::path::Path;
+use std::time::Duration;
+
+use futures::StreamExt;
+use quiver_storage::FileMeta;
+use tokio::io::AsyncWriteExt;
+
+use crate::peer_client::{base_url, PeerClient, PeerError, SECRET_HEADER};
+
+/// URL path prefix that serves Parquet files to peers.
+pub const FILES_PATH: &str = "/internal/files/";
+
+/// Longest one file download may take.
+const FILE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Streams `meta`'s file from the peer at `addr` into `dest` (created or truncated).
+pub async fn fetch_file(
+    client: &PeerClient,
+    addr: &str,
+    meta: &FileMeta,
+    dest: &Path,
+) -> Result<(), PeerError> {
+    let protocol = |message: String| PeerError::Protocol {
+        addr: addr.to_string(),
+        message,
+    };
+    let response = client
+        .http()
+        .get(format!("{}{FILES_PATH}{}", base_url(addr), meta.path))
+        .header(SECRET_HEADER, client.secret())
+        .timeout(FILE_TIMEOUT)
+        .send()
+        .await
+        .map_err(|e| PeerError::Unreachable {
+            addr: addr.to_string(),
+            message: e.to_string(),
+        })?;
+    if !response.status().is_success() {
+        return Err(protocol(format!(
+            "GET {}: HTTP {}",
+            meta.path,
+            response.status()
+        )));
+    }
+    if let Some(parent) = dest.parent() {
+        tokio::fs::create_dir_all(parent)
+            .await
+            .map_err(|e| protocol(format!("{}: {e}", parent.display())))?;
+    }
+    let mut file = tokio::fs::File::create(dest)
+        .await
+        .map_err(|e| protocol(format!("{}: {e}", dest.display())))?;
+    let mut stream = response.bytes_stream();
+    let mut received = 0u64;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| PeerError::Unreachable {
+            addr: addr.to_string(),
+            message: e.to_string(),
+        })?;
+        received += chunk.len() as u64;
+        if received > meta.size_bytes {
+            return Err(protocol(format!(
+                "{} is larger than the {} bytes announced",
+                meta.path, meta.size_bytes
+            )));
+        }
+        file.write_all(&chunk)
+            .await
+            .map_err(|e| protocol(format!("{}: {e}", dest.display())))?;
+    }
+    file.flush()
+        .await
+        .map_err(|e| protocol(format!("{}: {e}", dest.display())))?;
+    Ok(())
+}
+
+/// Whether `path` is one Quiver serves: a relative path of plain components ending in
+/// `.parquet` (no `..`, no absolute path, nothing outside the Parquet directory).
+pub fn is_servable_path(path: &str) -> bool {
+    !path.is_empty()
+        && path.ends_with(".parquet")
+        && path.split('/').all(|c| {
+            !c.is_empty()
+                && c != "."
+                && c != ".."
+                && c.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'~'))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_parquet_paths_are_served() {
+        assert!(is_servable_path(
+            "data/db/cpu/2026-11-30/01/00000000000000000001-00000000000000000009.parquet"
+        ));
+        assert!(!is_servable_path("../etc/passwd.parquet"));
+        assert!(!is_servable_path("/abs/x.parquet"));
+        assert!(!is_servable_path("data/x.txt"));
+        assert!(!is_servable_path("data//x.parquet"));
+    }
+}

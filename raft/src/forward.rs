@@ -1,0 +1,47 @@
+//! What a follower asks the leader to do on its behalf (`POST /internal/forward`):
+//! writes already decoded on the follower, read indexes for linearizable reads, and
+//! membership changes. Clients never see "not the leader".
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::command::{CommandResult, WriteCommand};
+use crate::types::NodeId;
+
+/// URL path of forwarded requests.
+pub const FORWARD_PATH: &str = "/internal/forward";
+
+/// A request only the leader can serve.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum LeaderRequest {
+    /// Propose rows.
+    Write(WriteCommand),
+    /// Confirm leadership and return the index a linearizable read must wait for.
+    ReadIndex,
+    /// Add a non-voting member that starts receiving the log.
+    AddLearner {
+        /// Its id.
+        node_id: NodeId,
+        /// Its address (`host:port` or URL).
+        addr: String,
+    },
+    /// Make learners voters (`add`) or remove members (`remove`).
+    ChangeVoters {
+        /// Learners to promote.
+        add: BTreeSet<NodeId>,
+        /// Members to remove.
+        remove: BTreeSet<NodeId>,
+    },
+}
+
+/// The leader's answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum LeaderAnswer {
+    /// A write's result.
+    Written(CommandResult),
+    /// The read index (`None` on an empty log).
+    ReadIndex(Option<u64>),
+    /// The membership change is committed.
+    MembershipChanged,
+}

@@ -1,0 +1,187 @@
+//! Calls from one node to another over the peers' HTTP port, under `/internal/`.
+//!
+//! Every call carries the cluster secret; bodies and answers are MessagePack (the same
+//! encoding as log entries, so Arrow payloads travel as raw bytes, not as JSON arrays).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// Header that carries the shared cluster secret on `/internal/` requests.
+pub const SECRET_HEADER: &str = "x-quiver-cluster-secret";
+
+/// Content type of `/internal/` bodies.
+pub const INTERNAL_CONTENT_TYPE: &str = "application/vnd.quiver.rmp";
+
+/// Why a call to a peer failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    /// No connection could be made: the request never reached the peer, so retrying it
+    /// elsewhere cannot duplicate it.
+    #[error("{addr}: cannot connect: {message}")]
+    Refused {
+        /// The peer's address.
+        addr: String,
+        /// What the transport said.
+        message: String,
+    },
+    /// The connection broke after the request may have been sent: its outcome is
+    /// unknown.
+    #[error("{addr}: unreachable: {message}")]
+    Unreachable {
+        /// The peer's address.
+        addr: String,
+        /// What the transport said.
+        message: String,
+    },
+    /// The call took longer than allowed.
+    #[error("{addr}: timed out after {ms} ms")]
+    Timeout {
+        /// The peer's address.
+        addr: String,
+        /// The limit.
+        ms: u64,
+    },
+    /// The peer answered, but not with what was asked (wrong secret, bug, version skew).
+    #[error("{addr}: {message}")]
+    Protocol {
+        /// The peer's address.
+        addr: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// A client for `/internal/` calls. Cheap to clone.
+#[derive(Clone)]
+pub struct PeerClient {
+    http: reqwest::Client,
+    secret: Arc<str>,
+}
+
+impl PeerClient {
+    /// A client that presents `secret`.
+    pub fn new(secret: &str) -> Self {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_millis(500))
+            .tcp_nodelay(true)
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build()
+            .unwrap_or_default();
+        PeerClient {
+            http,
+            secret: Arc::from(secret),
+        }
+    }
+
+    /// The underlying HTTP client (for streaming calls).
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    /// The secret to present.
+    pub fn secret(&self) -> &str {
+        &self.secret
+    }
+
+    /// POSTs `request` to `addr` + `path` and decodes the answer.
+    pub async fn call<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        addr: &str,
+        path: &str,
+        request: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, PeerError> {
+        let body = rmp_serde::to_vec_named(request).map_err(|e| PeerError::Protocol {
+            addr: addr.to_string(),
+            message: format!("encoding the request: {e}"),
+        })?;
+        let response = self
+            .http
+            .post(format!("{}{path}", base_url(addr)))
+            .header(SECRET_HEADER, &*self.secret)
+            .header(reqwest::header::CONTENT_TYPE, INTERNAL_CONTENT_TYPE)
+            .timeout(timeout)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| transport_error(addr, timeout, e))?;
+        let status = response.status();
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| transport_error(addr, timeout, e))?;
+        if !status.is_success() {
+            return Err(PeerError::Protocol {
+                addr: addr.to_string(),
+                message: format!(
+                    "HTTP {status}: {}",
+                    String::from_utf8_lossy(&bytes[..bytes.len().min(300)])
+                ),
+            });
+        }
+        rmp_serde::from_slice(&bytes).map_err(|e| PeerError::Protocol {
+            addr: addr.to_string(),
+            message: format!("decoding the answer: {e}"),
+        })
+    }
+}
+
+fn transport_error(addr: &str, timeout: Duration, e: reqwest::Error) -> PeerError {
+    if e.is_timeout() {
+        PeerError::Timeout {
+            addr: addr.to_string(),
+            ms: timeout.as_millis() as u64,
+        }
+    } else if e.is_connect() {
+        PeerError::Refused {
+            addr: addr.to_string(),
+            message: e.to_string(),
+        }
+    } else {
+        PeerError::Unreachable {
+            addr: addr.to_string(),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// A peer's address as a base URL: `host:port` becomes `http://host:port`.
+pub fn base_url(addr: &str) -> String {
+    let addr = addr.trim_end_matches('/');
+    if addr.contains("://") {
+        addr.to_string()
+    } else {
+        format!("http://{addr}")
+    }
+}
+
+/// Compares secrets in time independent of where they differ.
+pub fn secret_matches(expected: &str, presented: &str) -> bool {
+    let (a, b) = (expected.as_bytes(), presented.as_bytes());
+    if a.is_empty() || a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_compare_exactly_and_empty_never_matches() {
+        assert!(secret_matches("abc", "abc"));
+        assert!(!secret_matches("abc", "abd"));
+        assert!(!secret_matches("abc", "ab"));
+        assert!(!secret_matches("", ""));
+    }
+
+    #[test]
+    fn addresses_become_urls() {
+        assert_eq!(base_url("127.0.0.1:8000"), "http://127.0.0.1:8000");
+        assert_eq!(base_url("https://q1:8000/"), "https://q1:8000");
+    }
+}

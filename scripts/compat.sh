@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Client-compatibility tests: real Python client libraries (InfluxDB 1.x/2.x, Arc SDK,
+# QuestDB ILP/HTTP) against a real `quiver` node. Needs the debug binary built by
+# `cargo build`/`cargo test` (or QUIVER_BIN pointing at one) and python3 with pip.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/quiver-target}"
+bin="${QUIVER_BIN:-$CARGO_TARGET_DIR/debug/quiver}"
+if [ ! -x "$bin" ]; then
+    echo "compat: no quiver binary at $bin (run cargo build, or set QUIVER_BIN)" >&2
+    exit 2
+fi
+export QUIVER_BIN="$bin"
+export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
+python3 -m pip install -q -r tests/compat/requirements.txt
+export PYTHONDONTWRITEBYTECODE=1
+exec python3 -m pytest -q tests/compat "$@"

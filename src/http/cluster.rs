@@ -1,0 +1,194 @@
+//! `/api/v1/cluster/...`: this node's view of the cluster, and membership changes
+//! (admin only; run on the leader, forwarded there from any node).
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::Json;
+use quiver_raft::{base_url, WriteError};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::error::ApiError;
+use super::AppState;
+use crate::auth::Permission;
+
+/// How long the status call waits for a follower's `/health` before calling it
+/// detached.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(300);
+
+/// `GET /api/v1/cluster/status`: role, term, leader, log positions, members, and on
+/// the leader each follower's matched index, lag and whether it is attached (answering
+/// and fully caught up right now).
+pub async fn cluster_status(
+    State(app): State<AppState>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    app.auth.check(
+        &headers,
+        params.get("p").map(String::as_str),
+        Permission::Read,
+    )?;
+    let m = app.node.raft.metrics().borrow().clone();
+    let wal = app.node.log.wal().stats();
+    let entry_bytes = wal
+        .bytes_written
+        .checked_div(wal.records.max(1))
+        .unwrap_or(0);
+    let membership = m.membership_config.membership().clone();
+    let last = m.last_log_index.unwrap_or(0);
+    let mut followers = Vec::new();
+    if let Some(replication) = &m.replication {
+        for (id, matched) in replication.iter().filter(|(id, _)| **id != m.id) {
+            let matched_index = matched.map(|l| l.index);
+            let lag = last.saturating_sub(matched_index.unwrap_or(0));
+            let addr = membership.get_node(id).map(|n| n.addr.clone());
+            let answering = match &addr {
+                Some(addr) => probe(&app, addr).await,
+                None => false,
+            };
+            followers.push(json!({
+                "node_id": id,
+                "addr": addr,
+                "voter": membership.voter_ids().any(|v| v == *id),
+                "matched_index": matched_index,
+                "lag_entries": lag,
+                "lag_bytes_estimate": lag * entry_bytes,
+                "attached": answering && lag == 0,
+            }));
+        }
+    }
+    let nodes: Vec<Value> = membership
+        .nodes()
+        .map(|(id, node)| {
+            json!({"node_id": id, "addr": node.addr,
+                   "voter": membership.voter_ids().any(|v| v == *id)})
+        })
+        .collect();
+    Ok(Json(json!({
+        "success": true,
+        "node_id": m.id,
+        "role": format!("{:?}", m.state).to_lowercase(),
+        "term": m.current_term,
+        "leader": m.current_leader,
+        "leader_addr": m.current_leader.and_then(|l| app.node.member_addr(l)),
+        "last_log_index": m.last_log_index,
+        "commit_index": app.node.log.committed().map(|l| l.index),
+        "applied_index": m.last_applied.map(|l| l.index),
+        "snapshot_index": m.snapshot.map(|l| l.index),
+        "purged_index": m.purged.map(|l| l.index),
+        "millis_since_quorum_ack": m.millis_since_quorum_ack,
+        "wal": {"bytes_on_disk": wal.bytes_on_disk, "segments": wal.segments, "fsyncs": wal.fsyncs, "appends": wal.appends},
+        "members": nodes,
+        "followers": followers,
+    })))
+}
+
+async fn probe(app: &AppState, addr: &str) -> bool {
+    app.node
+        .peers
+        .http()
+        .get(format!("{}/health", base_url(addr)))
+        .timeout(PROBE_TIMEOUT)
+        .send()
+        .await
+        .is_ok_and(|r| r.status().is_success())
+}
+
+#[derive(Debug, Deserialize)]
+struct AddLearner {
+    node_id: u64,
+    addr: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct NodeIds {
+    node_ids: Vec<u64>,
+}
+
+fn admin(
+    app: &AppState,
+    headers: &HeaderMap,
+    params: &HashMap<String, String>,
+) -> Result<(), ApiError> {
+    app.auth.check(
+        headers,
+        params.get("p").map(String::as_str),
+        Permission::Admin,
+    )?;
+    Ok(())
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(body: &[u8], example: &str) -> Result<T, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("body must be JSON like {example}: {e}")))
+}
+
+fn membership_error(e: WriteError) -> ApiError {
+    match e {
+        WriteError::NotLeader { .. } => ApiError::overloaded(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no leader reachable; retry",
+            1,
+        ),
+        other => ApiError::bad_request(format!("membership change failed: {other}")),
+    }
+}
+
+/// `POST /api/v1/cluster/add-learner` `{"node_id": 4, "addr": "http://10.0.0.4:8000"}`:
+/// returns once the learner has caught up with the log (or a snapshot).
+pub async fn cluster_add_learner(
+    State(app): State<AppState>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    admin(&app, &headers, &params)?;
+    let request: AddLearner = parse(&body, r#"{"node_id": 4, "addr": "http://host:8000"}"#)?;
+    if request.node_id == 0 {
+        return Err(ApiError::bad_request("node_id must be at least 1"));
+    }
+    app.node
+        .add_learner(request.node_id, request.addr)
+        .await
+        .map_err(membership_error)?;
+    Ok(Json(json!({"success": true})))
+}
+
+/// `POST /api/v1/cluster/promote` `{"node_ids": [4]}`: learners become voters.
+pub async fn cluster_promote(
+    State(app): State<AppState>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    admin(&app, &headers, &params)?;
+    let request: NodeIds = parse(&body, r#"{"node_ids": [4]}"#)?;
+    let add: BTreeSet<u64> = request.node_ids.into_iter().collect();
+    app.node
+        .change_voters(add, BTreeSet::new())
+        .await
+        .map_err(membership_error)?;
+    Ok(Json(json!({"success": true})))
+}
+
+/// `POST /api/v1/cluster/remove` `{"node_ids": [3]}`: members leave the cluster.
+pub async fn cluster_remove(
+    State(app): State<AppState>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    admin(&app, &headers, &params)?;
+    let request: NodeIds = parse(&body, r#"{"node_ids": [3]}"#)?;
+    let remove: BTreeSet<u64> = request.node_ids.into_iter().collect();
+    app.node
+        .change_voters(BTreeSet::new(), remove)
+        .await
+        .map_err(membership_error)?;
+    Ok(Json(json!({"success": true})))
+}
