@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 ROWS="${1:-20000000}"
 WORKERS="${2:-8}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/quiver-target}"
-cargo build --release --bin quiver >/dev/null
+# The same feature set as `cargo bench`/CI release builds, so nothing is rebuilt.
+cargo build --release --workspace --bins --benches >/dev/null
 BIN="$CARGO_TARGET_DIR/release/quiver"
 PORT=18555
 for MODE in fsync batch none; do

@@ -181,12 +181,22 @@ impl Default for RaftSection {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct QuerySection {
-    /// Per-query timeout.
+    /// Per-query timeout, queueing included.
     pub timeout_ms: u64,
     /// Memory one query may use.
     pub memory_bytes_max: usize,
+    /// Memory all running queries together may use.
+    pub node_memory_bytes_max: usize,
     /// Partitions (threads) per query; 0 = number of cores.
     pub target_partitions: usize,
+    /// Queries running at once; 0 = twice the number of cores.
+    pub concurrency_max: usize,
+    /// Queries waiting for a slot; more get 429.
+    pub queue_max: usize,
+    /// Threads of the query runtime; 0 = number of cores.
+    pub threads: usize,
+    /// Nice value of the query threads (0 = same priority as ingest).
+    pub thread_nice: i32,
 }
 
 impl Default for QuerySection {
@@ -194,7 +204,12 @@ impl Default for QuerySection {
         QuerySection {
             timeout_ms: 30_000,
             memory_bytes_max: 1024 * 1024 * 1024,
+            node_memory_bytes_max: 2 * 1024 * 1024 * 1024,
             target_partitions: 0,
+            concurrency_max: 0,
+            queue_max: 64,
+            threads: 0,
+            thread_nice: 10,
         }
     }
 }
@@ -392,10 +407,17 @@ impl Config {
             ("wal.segment_bytes_max", self.wal.segment_bytes_max),
             ("query.timeout_ms", self.query.timeout_ms),
             ("query.memory_bytes_max", self.query.memory_bytes_max as u64),
+            (
+                "query.node_memory_bytes_max",
+                self.query.node_memory_bytes_max as u64,
+            ),
         ] {
             if value == 0 {
                 bail!("{name} must be greater than 0");
             }
+        }
+        if !(0..=19).contains(&self.query.thread_nice) {
+            bail!("query.thread_nice must be 0 to 19");
         }
         check_dir("storage.dir", &self.storage.dir, 0)?;
         check_dir("wal.dir", &self.wal_dir(), 2 * self.wal.segment_bytes_max)?;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use axum::serve::ListenerExt;
 use quiver_query::{QueryConfig, QueryEngine};
 use quiver_raft::{RaftConfig, RaftNode};
 use quiver_storage::{ParquetSettings, Storage, StorageConfig};
@@ -88,19 +89,28 @@ pub async fn serve(config: Config) -> Result<()> {
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(2);
+    let or_cores = |value: usize, per_core: usize| {
+        if value == 0 {
+            cores * per_core
+        } else {
+            value
+        }
+    };
     let query = QueryEngine::new(
         storage.clone(),
         QueryConfig {
-            target_partitions: if config.query.target_partitions == 0 {
-                cores
-            } else {
-                config.query.target_partitions
-            },
+            target_partitions: or_cores(config.query.target_partitions, 1),
             timeout_ms: config.query.timeout_ms,
             memory_bytes_max: config.query.memory_bytes_max,
+            node_memory_bytes_max: config.query.node_memory_bytes_max,
+            concurrency_max: or_cores(config.query.concurrency_max, 2),
+            queue_max: config.query.queue_max,
+            threads: or_cores(config.query.threads, 1),
+            thread_nice: config.query.thread_nice,
             ..QueryConfig::default()
         },
-    );
+    )
+    .context("starting the query engine")?;
     let state = AppState::new(AppInner {
         node: node.clone(),
         storage: storage.clone(),
@@ -114,6 +124,14 @@ pub async fn serve(config: Config) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("http.addr {addr}: cannot listen"))?;
+    // Streamed responses end with a small final chunk written after the last data chunk;
+    // with Nagle's algorithm on, it waits for the client's delayed ACK (about 40 ms on
+    // Linux) and every query would take that long.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+    });
     tracing::info!(%addr, data_dir = %data_dir.display(), wal_dir = %config.wal_dir().display(), wal_sync = %sync, ms = started.elapsed().as_millis() as u64, "quiver is serving");
     axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown_signal())

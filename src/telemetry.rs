@@ -40,6 +40,10 @@ pub fn refresh_gauges(app: &AppState) {
     metrics::gauge!("quiver_parquet_files").set(s.files as f64);
     metrics::gauge!("quiver_parquet_bytes").set(s.file_bytes as f64);
     metrics::gauge!("quiver_parquet_rows").set(s.file_rows as f64);
+    let q = app.query.stats();
+    metrics::gauge!("quiver_queries_running").set(q.running as f64);
+    metrics::gauge!("quiver_queries_queued").set(q.queued as f64);
+    metrics::gauge!("quiver_query_memory_bytes").set(q.memory_bytes as f64);
     let w = app.node.log.wal().stats();
     metrics::gauge!("quiver_wal_bytes_on_disk").set(w.bytes_on_disk as f64);
     metrics::gauge!("quiver_wal_segments").set(w.segments as f64);

@@ -7,11 +7,24 @@ pub struct QueryConfig {
     pub target_partitions: usize,
     /// Rows per Arrow batch inside the engine.
     pub batch_size: usize,
-    /// Wall-clock limit of one query, planning and execution together, in milliseconds.
+    /// Wall-clock limit of one query, from admission (queueing included) to its last
+    /// batch, in milliseconds.
     pub timeout_ms: u64,
-    /// Memory one query may hold at once (operators' state and the collected result),
+    /// Memory one query may hold at once (operators' state and a collected result),
     /// in bytes. Nothing spills to disk: past this limit the query fails.
     pub memory_bytes_max: usize,
+    /// Memory all running queries together may hold, in bytes: every query's pool also
+    /// draws from this one, so many medium queries cannot add up to an out-of-memory.
+    pub node_memory_bytes_max: usize,
+    /// Queries executing at once; more wait in the queue.
+    pub concurrency_max: usize,
+    /// Queries waiting for a slot; beyond this a query is refused as busy (HTTP 429).
+    pub queue_max: usize,
+    /// Worker threads of the query runtime, which runs nothing but queries.
+    pub threads: usize,
+    /// Nice value (0..=19) of the query threads, so that under CPU contention the
+    /// ingest path, on the main runtime at nice 0, gets most of the CPU. 0 disables it.
+    pub thread_nice: i32,
 }
 
 /// Longest SQL text accepted, in bytes; longer statements are refused before parsing.
@@ -24,25 +37,48 @@ pub const SQL_BYTES_MAX: usize = 1024 * 1024;
 /// do not count against this.
 pub const EXPRESSION_OPERATORS_MAX: usize = 500;
 
+/// Seconds a client refused as busy is told to wait (`Retry-After`).
+pub const BUSY_RETRY_AFTER_S: u32 = 1;
+
+/// Stack of every query thread: planning recurses over expression trees, and a deep
+/// (but legal) expression must fail with an error, not overflow a 2 MiB stack.
+pub const THREAD_STACK_BYTES: usize = 8 * 1024 * 1024;
+
+/// Results (batches or encoded chunks) a running query may have produced ahead of its
+/// consumer; bounds the memory of a result the client reads slowly.
+pub const RESULT_CHUNKS_AHEAD_MAX: usize = 2;
+
 impl Default for QueryConfig {
     fn default() -> Self {
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
         QueryConfig {
-            target_partitions: std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1),
+            target_partitions: cores,
             batch_size: 8192,
             timeout_ms: 60_000,
             memory_bytes_max: 1024 * 1024 * 1024,
+            node_memory_bytes_max: 2 * 1024 * 1024 * 1024,
+            concurrency_max: 2 * cores,
+            queue_max: 64,
+            threads: cores,
+            thread_nice: 10,
         }
     }
 }
 
 impl QueryConfig {
-    /// The same settings with zeros (which DataFusion cannot use) raised to one.
+    /// The same settings with zeros (which DataFusion cannot use) raised to one and the
+    /// nice value clamped to what Linux accepts.
     pub(crate) fn sanitized(mut self) -> Self {
         self.target_partitions = self.target_partitions.max(1);
         self.batch_size = self.batch_size.max(1);
         self.timeout_ms = self.timeout_ms.max(1);
+        self.memory_bytes_max = self.memory_bytes_max.max(1);
+        self.node_memory_bytes_max = self.node_memory_bytes_max.max(1);
+        self.concurrency_max = self.concurrency_max.max(1);
+        self.threads = self.threads.max(1);
+        self.thread_nice = self.thread_nice.clamp(0, 19);
         self
     }
 }

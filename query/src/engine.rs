@@ -1,16 +1,20 @@
-//! The query engine: one fresh, sandboxed DataFusion session per query.
+//! The query engine: one fresh, sandboxed DataFusion session per query, run on the
+//! query runtime.
 //!
 //! What is built once and shared: the catalog over the [`TableSource`], the function
-//! registry (DataFusion's built-ins plus `time_bucket`) and the Parquet metadata cache.
-//! What each query gets for itself: a session whose default schema is the requested
-//! database, a memory pool of `memory_bytes_max` with spilling disabled, and a deadline
-//! of `timeout_ms` covering planning and execution.
+//! registry (DataFusion's built-ins plus `time_bucket`), the Parquet metadata cache, the
+//! query runtime, the admission queue and the node-wide memory budget. What each query
+//! gets for itself: a session whose default schema is the requested database, a memory
+//! pool of `memory_bytes_max` (also drawing from the node's `node_memory_bytes_max`)
+//! with spilling disabled, and a deadline of `timeout_ms` covering queueing, planning
+//! and execution.
 //!
-//! Not yet here: a node-wide memory budget shared by concurrent queries and a queue that
-//! bounds how many run at once. Both belong around [`QueryEngine::execute_stream`].
+//! A query's life: [`Admission`](crate::admission) gives it a slot (or a place in the
+//! queue, or `Busy`); its session is built here; planning and execution run as one task
+//! on the [`QueryRuntime`](crate::runtime) (`produce`), which sends results through a
+//! bounded channel to the [`ResultStream`] the caller holds.
 
 use std::collections::HashMap;
-use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,28 +23,29 @@ use arrow::record_batch::RecordBatch;
 use datafusion::catalog::{CatalogProviderList, MemoryCatalogProviderList};
 use datafusion::execution::config::SessionConfig;
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
-use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool, TrackConsumersPool};
+use datafusion::execution::memory_pool::MemoryPool;
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::object_store::{DefaultObjectStoreRegistry, ObjectStoreRegistry};
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
-use datafusion::physical_plan::{execute_stream, ExecutionPlan};
 use quiver_storage::TableSource;
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::admission::Admission;
 use crate::catalog::{QuiverCatalog, CATALOG_NAME};
-use crate::config::QueryConfig;
+use crate::config::{QueryConfig, RESULT_CHUNKS_AHEAD_MAX};
+use crate::encode::BatchEncoder;
 use crate::error::Error;
-use crate::sandbox;
-use crate::stream::QueryStream;
+use crate::memory::{NodeMemory, QueryMemoryPool};
+use crate::produce::{self, Batches, Encoded, Sink};
+use crate::runtime::QueryRuntime;
+use crate::stream::{EncodedStream, QueryStream, ResultStream};
 use crate::udf;
 
 /// URL under which the storage object store is registered in every query's runtime;
 /// [`quiver_storage::ParquetFileRef::path`] is resolved against it.
 pub const STORAGE_URL: &str = "quiver://storage/";
-
-/// Memory consumers named in a "memory limit exceeded" message.
-const MEMORY_CONSUMERS_REPORTED: NonZeroUsize = NonZeroUsize::MIN.saturating_add(4);
 
 /// A query's complete result.
 #[derive(Debug, Clone)]
@@ -58,8 +63,20 @@ impl QueryOutput {
     }
 }
 
+/// What the engine is doing right now, for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueryStats {
+    /// Queries holding a slot (planning, executing or streaming their result).
+    pub running: usize,
+    /// Queries waiting for a slot.
+    pub queued: usize,
+    /// Bytes reserved by all running queries together.
+    pub memory_bytes: usize,
+}
+
 /// Runs read-only SQL over a [`TableSource`]. Cheap to clone; clones share everything.
-/// Queries must run inside a Tokio runtime: deadlines use its timer.
+/// Callers must be inside a Tokio runtime (deadlines use its timer); the queries
+/// themselves run on the engine's own runtime.
 #[derive(Clone)]
 pub struct QueryEngine {
     inner: Arc<Shared>,
@@ -72,6 +89,10 @@ struct Shared {
     base_state: SessionState,
     /// Holds the caches (Parquet footers and page indexes) every query shares.
     base_runtime: Arc<RuntimeEnv>,
+    admission: Admission,
+    node_memory: Arc<NodeMemory>,
+    /// Last, so it shuts down after everything that could still hand it work.
+    runtime: QueryRuntime,
 }
 
 impl std::fmt::Debug for QueryEngine {
@@ -83,8 +104,10 @@ impl std::fmt::Debug for QueryEngine {
 }
 
 impl QueryEngine {
-    /// An engine over `source`; zeros in `config` are raised to one.
-    pub fn new(source: Arc<dyn TableSource>, config: QueryConfig) -> Self {
+    /// An engine over `source`, with its runtime started; zeros in `config` are raised
+    /// to one. Fails only if the runtime's threads cannot be started.
+    pub fn new(source: Arc<dyn TableSource>, config: QueryConfig) -> Result<Self, Error> {
+        let config = config.sanitized();
         let catalogs = MemoryCatalogProviderList::new();
         catalogs.register_catalog(
             CATALOG_NAME.to_string(),
@@ -104,14 +127,17 @@ impl QueryEngine {
             .scalar_functions()
             .get_or_insert_with(Vec::new)
             .push(udf::time_bucket());
-        QueryEngine {
+        Ok(QueryEngine {
             inner: Arc::new(Shared {
                 source,
-                config: config.sanitized(),
                 base_state: builder.build(),
                 base_runtime: Arc::new(RuntimeEnv::default()),
+                admission: Admission::new(config.concurrency_max, config.queue_max),
+                node_memory: Arc::new(NodeMemory::new(config.node_memory_bytes_max)),
+                runtime: QueryRuntime::new(config.threads, config.thread_nice)?,
+                config,
             }),
-        }
+        })
     }
 
     /// The engine's settings.
@@ -119,55 +145,68 @@ impl QueryEngine {
         &self.inner.config
     }
 
+    /// Running and queued queries and the memory they hold.
+    pub fn stats(&self) -> QueryStats {
+        QueryStats {
+            running: self.inner.admission.running(),
+            queued: self.inner.admission.queued(),
+            memory_bytes: self.inner.node_memory.used_bytes(),
+        }
+    }
+
     /// Runs `sql` against `database` and collects the whole result.
     pub async fn execute(&self, database: &str, sql: &str) -> Result<QueryOutput, Error> {
-        let started = Instant::now();
-        let output = self.execute_stream(database, sql).await?.collect().await?;
-        tracing::debug!(
-            database,
-            rows = output.row_count(),
-            elapsed_ms = started.elapsed().as_secs_f64() * 1000.0,
-            "query finished"
-        );
-        Ok(output)
+        self.execute_stream(database, sql).await?.collect().await
     }
 
     /// Plans `sql` against `database` and starts it; batches arrive as the stream is
     /// polled. The deadline keeps running while the caller consumes the stream.
     pub async fn execute_stream(&self, database: &str, sql: &str) -> Result<QueryStream, Error> {
-        let timeout_ms = self.inner.config.timeout_ms;
-        let deadline = Instant::now() + Duration::from_millis(timeout_ms);
-        let (state, plan) = tokio::time::timeout_at(deadline, self.plan(database, sql))
-            .await
-            .map_err(|_| Error::Timeout { ms: timeout_ms })??;
-        let memory_pool = Arc::clone(&state.runtime_env().memory_pool);
-        let stream = execute_stream(plan, state.task_ctx())?;
-        Ok(QueryStream::new(
-            stream,
-            deadline,
-            timeout_ms,
-            memory_pool,
-            self.inner.config.memory_bytes_max,
-        ))
+        self.start(database, sql, |_| Batches).await
     }
 
-    async fn plan(
+    /// Like [`execute_stream`](Self::execute_stream), but the result is encoded by
+    /// `encoder` on the query runtime and arrives as chunks of bytes. The first chunk
+    /// carries the format's header with the first rows (or the whole, empty, result).
+    pub async fn execute_encoded(
         &self,
         database: &str,
         sql: &str,
-    ) -> Result<(SessionState, Arc<dyn ExecutionPlan>), Error> {
-        let mut state = self.session(database)?;
-        let statement = sandbox::parse_read_only(sql, &state.config().options().sql_parser)?;
-        // Fixes `now()` for the whole statement; the optimizer folds it into a literal.
-        state.mark_start_execution();
-        let logical = state.statement_to_plan(statement).await?;
-        sandbox::check_plan(&logical)?;
-        let physical = state.create_physical_plan(&logical).await?;
-        Ok((state, physical))
+        encoder: Box<dyn BatchEncoder>,
+    ) -> Result<EncodedStream, Error> {
+        self.start(database, sql, |pool| Encoded::new(encoder, pool))
+            .await
+    }
+
+    /// Admits the query, builds its session and starts it on the query runtime.
+    async fn start<S: Sink>(
+        &self,
+        database: &str,
+        sql: &str,
+        sink: impl FnOnce(&Arc<QueryMemoryPool>) -> S,
+    ) -> Result<ResultStream<S::Item>, Error> {
+        let timeout_ms = self.inner.config.timeout_ms;
+        let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+        let slot = self.inner.admission.admit(deadline, timeout_ms).await?;
+        let pool = Arc::new(QueryMemoryPool::new(
+            self.inner.config.memory_bytes_max,
+            Arc::clone(&self.inner.node_memory),
+        ));
+        let state = self.session(database, &pool)?;
+        let sink = sink(&pool);
+        let (tx, rx) = mpsc::channel(RESULT_CHUNKS_AHEAD_MAX);
+        let task = self.inner.runtime.handle().spawn(produce::run(
+            state,
+            sql.to_string(),
+            Arc::clone(&pool),
+            sink,
+            tx,
+        ));
+        ResultStream::start(rx, task, slot, deadline, timeout_ms, pool).await
     }
 
     /// A fresh session for one query against `database`.
-    fn session(&self, database: &str) -> Result<SessionState, Error> {
+    fn session(&self, database: &str, pool: &Arc<QueryMemoryPool>) -> Result<SessionState, Error> {
         let config = &self.inner.config;
         let mut session_config = SessionConfig::new()
             .with_target_partitions(config.target_partitions)
@@ -186,29 +225,25 @@ impl QueryEngine {
         Ok(
             SessionStateBuilder::new_from_existing(self.inner.base_state.clone())
                 .with_config(session_config)
-                .with_runtime_env(self.runtime()?)
+                .with_runtime_env(self.runtime_env(pool)?)
                 .build(),
         )
     }
 
-    /// Per-query runtime: its own memory pool, no spilling, and an object store registry
-    /// holding only the storage store (no `file://`).
-    fn runtime(&self) -> Result<Arc<RuntimeEnv>, Error> {
+    /// Per-query runtime environment: its memory pool, no spilling, and an object store
+    /// registry holding only the storage store (no `file://`).
+    fn runtime_env(&self, pool: &Arc<QueryMemoryPool>) -> Result<Arc<RuntimeEnv>, Error> {
         let storage_url = ObjectStoreUrl::parse(STORAGE_URL)?;
         let registry = DefaultObjectStoreRegistry::new();
         // Present by default; nothing in a query may read the local filesystem directly.
         let _local = registry.deregister_store(ObjectStoreUrl::local_filesystem().as_ref());
         registry.register_store(storage_url.as_ref(), self.inner.source.object_store());
-        let memory_pool: Arc<dyn MemoryPool> = Arc::new(TrackConsumersPool::new(
-            GreedyMemoryPool::new(self.inner.config.memory_bytes_max),
-            MEMORY_CONSUMERS_REPORTED,
-        ));
         let runtime = RuntimeEnvBuilder::from_runtime_env(&self.inner.base_runtime)
             .with_object_store_registry(Arc::new(registry) as Arc<dyn ObjectStoreRegistry>)
             .with_disk_manager_builder(
                 DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
             )
-            .with_memory_pool(memory_pool)
+            .with_memory_pool(Arc::clone(pool) as Arc<dyn MemoryPool>)
             .build_arc()?;
         Ok(runtime)
     }

@@ -17,9 +17,21 @@ pub enum Error {
         /// The limit that was exceeded, in milliseconds.
         ms: u64,
     },
-    /// The query needed more memory than its limit allows.
+    /// The query needed more memory than its own limit or the node's shared query
+    /// memory allows.
     #[error("{0}")]
     ResourcesExhausted(String),
+    /// Every query slot is taken and the wait queue is full; try again shortly.
+    #[error(
+        "too many queries: {running} running and {queued} waiting, the most this node \
+         takes (query.concurrency_max, query.queue_max); retry in a moment"
+    )]
+    Busy {
+        /// Queries running when this one was refused.
+        running: usize,
+        /// Queries waiting when this one was refused.
+        queued: usize,
+    },
     /// A fault on the server side (storage, I/O, a bug); not the client's doing.
     #[error("internal error: {0}")]
     Internal(String),
@@ -32,21 +44,54 @@ impl Error {
             Error::Refused(_) | Error::Sql(_) => 400,
             Error::Timeout { .. } => 504,
             Error::ResourcesExhausted(_) => 507,
+            Error::Busy { .. } => 429,
             Error::Internal(_) => 500,
         }
     }
 
-    /// Puts the query's memory limit, and what to do about it, into a
-    /// [`Error::ResourcesExhausted`] message; other errors pass unchanged.
-    pub(crate) fn with_memory_limit(self, memory_bytes_max: usize) -> Error {
+    /// Seconds the client should wait before retrying, for errors that are about load
+    /// rather than the request (`Retry-After`).
+    pub fn retry_after_s(&self) -> Option<u32> {
         match self {
-            Error::ResourcesExhausted(engine) => Error::ResourcesExhausted(format!(
-                "query exceeded its memory limit of {memory_bytes_max} bytes; read less \
-                 (narrow the time range, filter, aggregate or add LIMIT): {engine}"
-            )),
-            other => other,
+            Error::Busy { .. } => Some(crate::config::BUSY_RETRY_AFTER_S),
+            _ => None,
         }
     }
+
+    /// Says which memory limit a [`Error::ResourcesExhausted`] hit, and what to do about
+    /// it; other errors pass unchanged.
+    pub(crate) fn with_memory_limit(self, limit: MemoryLimitHit) -> Error {
+        let Error::ResourcesExhausted(engine) = self else {
+            return self;
+        };
+        Error::ResourcesExhausted(match limit {
+            MemoryLimitHit::Query { bytes_max } => format!(
+                "query exceeded its memory limit of {bytes_max} bytes \
+                 (query.memory_bytes_max); read less (narrow the time range, filter, \
+                 aggregate or add LIMIT): {engine}"
+            ),
+            MemoryLimitHit::Node { bytes_max } => format!(
+                "queries running on this node together reached their shared memory limit \
+                 of {bytes_max} bytes (query.node_memory_bytes_max); retry when fewer \
+                 queries run, or read less: {engine}"
+            ),
+        })
+    }
+}
+
+/// Which of the two memory limits a query ran into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MemoryLimitHit {
+    /// Its own pool (`memory_bytes_max`).
+    Query {
+        /// The per-query limit.
+        bytes_max: usize,
+    },
+    /// The node's pool shared by all queries (`node_memory_bytes_max`).
+    Node {
+        /// The node-wide limit.
+        bytes_max: usize,
+    },
 }
 
 impl From<DataFusionError> for Error {
@@ -90,6 +135,12 @@ mod tests {
         assert_eq!(Error::Timeout { ms: 1 }.http_status(), 504);
         assert_eq!(Error::ResourcesExhausted("x".into()).http_status(), 507);
         assert_eq!(Error::Internal("x".into()).http_status(), 500);
+        let busy = Error::Busy {
+            running: 2,
+            queued: 3,
+        };
+        assert_eq!(busy.http_status(), 429);
+        assert_eq!(busy.retry_after_s(), Some(1));
     }
 
     #[test]

@@ -3,25 +3,32 @@
 //! A [`QueryEngine`] plans and runs one SQL statement against one database. Each database
 //! is a DataFusion schema and each measurement a table whose scan unions the rows still in
 //! memory with the Parquet files whose time range can match the query. Every query runs in
-//! a sandbox (no DDL, DML, `COPY`, `SET` or file-reading functions), under a timeout and a
-//! memory limit. The [`encode`] module turns results into the wire formats of the HTTP API.
+//! a sandbox (no DDL, DML, `COPY`, `SET` or file-reading functions), under a timeout, a
+//! memory limit of its own and one shared by all queries, after waiting for one of a
+//! bounded number of slots, on a runtime of its own so that queries cannot starve ingest.
+//! The [`encode`] module turns results into the wire formats of the HTTP API, batch by
+//! batch, so responses stream.
 //!
 //! It is not the place for authentication, HTTP, read consistency (the caller waits for a
 //! read index before calling in), or anything that writes: it never changes storage.
 #![deny(missing_docs)]
 
+mod admission;
 mod catalog;
 mod config;
 pub mod encode;
 mod engine;
 mod error;
+mod memory;
+mod produce;
 mod provider;
 mod prune;
+mod runtime;
 mod sandbox;
 mod stream;
 mod udf;
 
 pub use config::QueryConfig;
-pub use engine::{QueryEngine, QueryOutput, STORAGE_URL};
+pub use engine::{QueryEngine, QueryOutput, QueryStats, STORAGE_URL};
 pub use error::Error;
-pub use stream::QueryStream;
+pub use stream::{EncodedStream, QueryStream, ResultStream};

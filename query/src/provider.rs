@@ -12,9 +12,12 @@
 //! which prunes row groups and pages by statistics and filters rows while decoding.
 //! This file prunes whole files by their catalog time range (see `prune`).
 //!
+//! The Parquet scan carries the exact row count from the catalog (when it has no limit),
+//! so `count(*)` without a filter is answered from it, as DuckDB answers it from footers.
+//!
 //! No output ordering is declared. Files are sorted by tags then time, but only within a
-//! file, and the null ordering of tags is storage's choice; declaring it would need one
-//! file per partition and buys little for the common `ORDER BY time` queries.
+//! file; DataFusion could use that only with one file per partition, and would then stop
+//! splitting large files. `docs/queries.md` ("Scans and sort order") has the reasoning.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -24,7 +27,8 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::config::TableParquetOptions;
-use datafusion::common::project_schema;
+use datafusion::common::stats::Precision;
+use datafusion::common::{project_schema, Statistics};
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::physical_plan::parquet::CachedParquetFileReaderFactory;
@@ -155,12 +159,23 @@ impl MeasurementTable {
         let source = ParquetSource::new(Arc::clone(&self.snapshot.schema))
             .with_table_parquet_options(options)
             .with_parquet_file_reader_factory(Arc::new(reader_factory));
-        let config = FileScanConfigBuilder::new(store_url, Arc::new(source))
+        let mut config = FileScanConfigBuilder::new(store_url, Arc::new(source))
             .with_file_groups(group_files(files, partitions_max))
             .with_projection_indices(projection.cloned())?
-            .with_limit(limit)
-            .build();
-        Ok(DataSourceExec::from_data_source(config))
+            .with_limit(limit);
+        // Exact only without a limit: a scan that stops early returns fewer rows than
+        // its files hold. DataFusion marks them inexact itself once a filter is pushed.
+        if limit.is_none() {
+            let rows: u64 = files.iter().map(|f| f.rows).sum();
+            let rows = usize::try_from(rows).map_err(|_| {
+                DataFusionError::Internal(format!("{rows} rows do not fit in usize"))
+            })?;
+            config = config.with_statistics(
+                Statistics::new_unknown(&self.snapshot.schema)
+                    .with_num_rows(Precision::Exact(rows)),
+            );
+        }
+        Ok(DataSourceExec::from_data_source(config.build()))
     }
 }
 

@@ -1,4 +1,4 @@
-//! A running query's result stream, bounded by the query's deadline.
+//! The caller's half of a running query: its results, bounded by the query's deadline.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -7,113 +7,167 @@ use std::task::{Context, Poll};
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
-use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool};
-use datafusion::execution::SendableRecordBatchStream;
+use bytes::Bytes;
 use futures::{Stream, StreamExt};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio::time::{Instant, Sleep};
 
+use crate::admission::Slot;
 use crate::engine::QueryOutput;
 use crate::error::Error;
+use crate::memory::QueryMemoryPool;
+use crate::produce::{batch_bytes, Message};
 
-/// Record batches of a running query, in order. Yields [`Error::Timeout`] once (and then
-/// ends) if the query's deadline passes first. Dropping it cancels the query.
-pub struct QueryStream {
+/// Record batches of a running query, in order.
+pub type QueryStream = ResultStream<RecordBatch>;
+
+/// Chunks of a running query's result in an encoded format, in order; concatenated they
+/// are the whole response body.
+pub type EncodedStream = ResultStream<Bytes>;
+
+/// The results of a running query. Yields [`Error::Timeout`] once (and then ends) if the
+/// query's deadline passes first, and an error instead of a silent end if the query
+/// fails or its task dies. Holds the query's concurrency slot; dropping it cancels the
+/// query and frees the slot and the query's memory.
+pub struct ResultStream<T> {
     schema: SchemaRef,
-    inner: SendableRecordBatchStream,
+    rx: mpsc::Receiver<Message<T>>,
+    task: AbortOnDrop,
+    _slot: Slot,
     deadline: Pin<Box<Sleep>>,
     timeout_ms: u64,
-    memory_pool: Arc<dyn MemoryPool>,
-    memory_bytes_max: usize,
+    pool: Arc<QueryMemoryPool>,
     finished: bool,
 }
 
-impl QueryStream {
-    pub(crate) fn new(
-        inner: SendableRecordBatchStream,
+/// Aborts the query task when the consumer goes away; DataFusion's own tasks stop with
+/// it (they are aborted when their handles drop).
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl<T> ResultStream<T> {
+    /// Waits (until the deadline) for the task to report the plan's schema or a failure.
+    pub(crate) async fn start(
+        mut rx: mpsc::Receiver<Message<T>>,
+        task: JoinHandle<()>,
+        slot: Slot,
         deadline: Instant,
         timeout_ms: u64,
-        memory_pool: Arc<dyn MemoryPool>,
-        memory_bytes_max: usize,
-    ) -> Self {
-        QueryStream {
-            schema: inner.schema(),
-            inner,
+        pool: Arc<QueryMemoryPool>,
+    ) -> Result<Self, Error> {
+        let task = AbortOnDrop(task);
+        let first = tokio::time::timeout_at(deadline, rx.recv())
+            .await
+            .map_err(|_| Error::Timeout { ms: timeout_ms })?;
+        let schema = match first {
+            Some(Message::Ready(schema)) => schema,
+            Some(Message::Failed(err)) => return Err(err),
+            Some(Message::Item(_) | Message::Done) => {
+                return Err(Error::Internal(
+                    "query sent results before its schema".into(),
+                ))
+            }
+            None => return Err(died()),
+        };
+        Ok(ResultStream {
+            schema,
+            rx,
+            task,
+            _slot: slot,
             deadline: Box::pin(tokio::time::sleep_until(deadline)),
             timeout_ms,
-            memory_pool,
-            memory_bytes_max,
+            pool,
             finished: false,
-        }
+        })
     }
 
-    /// Schema of every batch the stream yields.
+    /// Schema of the result.
     pub fn schema(&self) -> SchemaRef {
         Arc::clone(&self.schema)
     }
+}
 
+fn died() -> Error {
+    Error::Internal("the query's task ended without finishing (see the server log)".into())
+}
+
+impl ResultStream<RecordBatch> {
     /// Runs the query to the end and keeps every batch. The kept batches count against
-    /// the query's memory limit, so an oversized result fails instead of exhausting the
-    /// node.
+    /// the query's and the node's memory limits, so an oversized result fails instead of
+    /// exhausting the node.
     pub async fn collect(mut self) -> Result<QueryOutput, Error> {
-        let reservation = MemoryConsumer::new("query result").register(&self.memory_pool);
+        let reservation = self.pool.reservation("query result");
         let mut batches = Vec::new();
         while let Some(batch) = self.next().await {
             let batch = batch?;
             reservation
                 .try_grow(batch_bytes(&batch))
-                .map_err(|e| Error::from(e).with_memory_limit(self.memory_bytes_max))?;
+                .map_err(|e| Error::from(e).with_memory_limit(self.pool.limit_hit()))?;
             batches.push(batch);
         }
         Ok(QueryOutput {
-            schema: self.schema,
+            schema: Arc::clone(&self.schema),
             batches,
         })
     }
 }
 
-/// Bytes of the rows a batch holds. Batches straight from memory can be slices of larger
-/// buffers; only the slice counts.
-fn batch_bytes(batch: &RecordBatch) -> usize {
-    batch
-        .columns()
-        .iter()
-        .map(|column| {
-            column
-                .to_data()
-                .get_slice_memory_size()
-                .unwrap_or_else(|_| column.get_array_memory_size())
-        })
-        .sum()
-}
-
-impl Stream for QueryStream {
-    type Item = Result<RecordBatch, Error>;
+impl<T> Stream for ResultStream<T> {
+    type Item = Result<T, Error>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
         if this.finished {
             return Poll::Ready(None);
         }
-        // The deadline is checked before the plan is polled, so a plan that always has
-        // a batch ready cannot outrun it.
+        // The deadline is checked before the channel, so a query that always has a
+        // result ready cannot outrun it.
         if this.deadline.as_mut().poll(cx).is_ready() {
             this.finished = true;
+            this.task.0.abort();
             return Poll::Ready(Some(Err(Error::Timeout {
                 ms: this.timeout_ms,
             })));
         }
-        match this.inner.poll_next_unpin(cx) {
-            Poll::Ready(Some(Ok(batch))) => Poll::Ready(Some(Ok(batch))),
-            Poll::Ready(Some(Err(err))) => {
-                this.finished = true;
-                let err = Error::from(err).with_memory_limit(this.memory_bytes_max);
-                Poll::Ready(Some(Err(err)))
-            }
-            Poll::Ready(None) => {
+        let message = match this.rx.poll_recv(cx) {
+            Poll::Ready(message) => message,
+            Poll::Pending => return Poll::Pending,
+        };
+        match message {
+            Some(Message::Item(item)) => Poll::Ready(Some(Ok(item))),
+            Some(Message::Done) => {
                 this.finished = true;
                 Poll::Ready(None)
             }
-            Poll::Pending => Poll::Pending,
+            Some(Message::Failed(err)) => {
+                this.finished = true;
+                Poll::Ready(Some(Err(err)))
+            }
+            Some(Message::Ready(_)) => {
+                this.finished = true;
+                Poll::Ready(Some(Err(Error::Internal(
+                    "query sent its schema twice".into(),
+                ))))
+            }
+            None => {
+                this.finished = true;
+                Poll::Ready(Some(Err(died())))
+            }
         }
+    }
+}
+
+impl<T> std::fmt::Debug for ResultStream<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResultStream")
+            .field("schema", &self.schema)
+            .field("finished", &self.finished)
+            .finish_non_exhaustive()
     }
 }

@@ -10,6 +10,8 @@ mod line_protocol;
 mod msgpack;
 mod ops;
 mod query;
+mod query_response;
+mod query_sql;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -83,6 +85,10 @@ pub fn router(state: AppState) -> Router {
         .route("/ping", get(ops::ping).head(ops::ping))
         .route("/api/v1/query", post(query::query_json))
         .route("/api/v1/query/arrow", post(query::query_arrow))
+        .route(
+            "/api/v3/query_sql",
+            get(query_sql::query_sql_get).post(query_sql::query_sql_post),
+        )
         .route("/api/v1/measurements", get(ops::measurements))
         .route("/api/v1/cluster/status", get(cluster::cluster_status))
         .route("/api/v1/cluster/digest", get(digest::digest))

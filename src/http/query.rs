@@ -1,18 +1,19 @@
 //! `POST /api/v1/query` (Arc JSON envelope) and `POST /api/v1/query/arrow` (Arrow IPC
-//! stream): read-only SQL against the selected database.
+//! stream): read-only SQL against the selected database, streamed as it is produced.
 
 use std::collections::HashMap;
 use std::time::Instant;
 
 use axum::extract::{Query, State};
-use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
 use bytes::Bytes;
-use quiver_query::{encode, QueryOutput};
+use quiver_query::encode::Format;
 use serde::Deserialize;
 
 use super::error::ApiError;
 use super::ingest::database_of;
+use super::query_response::stream_query;
 use super::AppState;
 use crate::auth::Permission;
 
@@ -37,17 +38,13 @@ fn parse_request(body: &[u8]) -> Result<QueryRequest, ApiError> {
     })
 }
 
-fn query_error(e: quiver_query::Error) -> ApiError {
-    let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    ApiError::with_status(status, e.to_string())
-}
-
-async fn run(
+/// Checks the token and the consistency asked for; returns the database to query.
+async fn prepare(
     app: &AppState,
     params: &HashMap<String, String>,
     headers: &HeaderMap,
     request: &QueryRequest,
-) -> Result<(QueryOutput, f64), ApiError> {
+) -> Result<String, ApiError> {
     app.auth.check(
         headers,
         params.get("p").map(String::as_str),
@@ -75,15 +72,20 @@ async fn run(
             )))
         }
     }
+    Ok(database)
+}
+
+async fn run(
+    app: &AppState,
+    params: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: &[u8],
+    format: Format,
+) -> Result<Response, ApiError> {
     let started = Instant::now();
-    let output = app
-        .query
-        .execute(&database, &request.sql)
-        .await
-        .map_err(query_error)?;
-    let ms = started.elapsed().as_secs_f64() * 1000.0;
-    metrics::histogram!("quiver_query_seconds").record(ms / 1000.0);
-    Ok((output, ms))
+    let request = parse_request(body)?;
+    let database = prepare(app, params, headers, &request).await?;
+    stream_query(app, &database, &request.sql, format, started).await
 }
 
 /// Handles `POST /api/v1/query`.
@@ -93,10 +95,7 @@ pub async fn query_json(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let request = parse_request(&body)?;
-    let (output, ms) = run(&app, &params, &headers, &request).await?;
-    let body = encode::arc_json(&output, ms).map_err(query_error)?;
-    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+    run(&app, &params, &headers, &body, Format::ArcJson).await
 }
 
 /// Handles `POST /api/v1/query/arrow`.
@@ -106,12 +105,5 @@ pub async fn query_arrow(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let request = parse_request(&body)?;
-    let (output, _) = run(&app, &params, &headers, &request).await?;
-    let body = encode::arrow_ipc_stream(&output).map_err(query_error)?;
-    Ok((
-        [(header::CONTENT_TYPE, "application/vnd.apache.arrow.stream")],
-        body,
-    )
-        .into_response())
+    run(&app, &params, &headers, &body, Format::ArrowIpc).await
 }

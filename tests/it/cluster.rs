@@ -274,4 +274,29 @@ async fn learner_added_after_purge_catches_up_by_snapshot() {
         .map(|m| m["node_id"].as_u64().unwrap())
         .collect();
     assert_eq!(voters, [1, 2, 3, 4]);
+
+    // The CLI: status through any node, then remove the learner-turned-voter again.
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_quiver"))
+            .args(args)
+            .args(["--url", &learner.url, "--token", TOKEN])
+            .output()
+            .expect("run quiver cluster");
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout).expect("JSON answer")
+    };
+    let status = cli(&["cluster", "status"]);
+    assert_eq!(status["node_id"], json!(4));
+    assert_eq!(status["leader"], json!(lead as u64 + 1));
+    cli(&["cluster", "remove", "--node-id", "4"]);
+    nodes[lead]
+        .wait_for("node 4 removed", Duration::from_secs(30), || async {
+            let members = nodes[lead].status().await["members"].clone();
+            members.as_array().is_some_and(|m| m.len() == 3)
+        })
+        .await;
 }

@@ -8,18 +8,19 @@ use serde_json::json;
 
 use crate::common::{Node, NodeSpec};
 
-const DB: &str = "q";
+pub(crate) const DB: &str = "q";
 /// 2023-11-14T22:00:00Z, the start of an hour.
-const T0_S: i64 = 1_699_999_200;
-const HOSTS: usize = 4;
+pub(crate) const T0_S: i64 = 1_699_999_200;
+pub(crate) const HOSTS: usize = 4;
 const ROWS_PER_HOST: usize = 600;
 
+/// One generated row of `cpu`: tag `host` = `h{host}`, fields `value` and `n`.
 #[derive(Clone, Copy)]
-struct Row {
-    host: usize,
-    time_s: i64,
-    value: f64,
-    n: i64,
+pub(crate) struct Row {
+    pub(crate) host: usize,
+    pub(crate) time_s: i64,
+    pub(crate) value: f64,
+    pub(crate) n: i64,
 }
 
 fn dataset(first_hour: i64) -> Vec<Row> {
@@ -52,11 +53,11 @@ async fn write(node: &Node, rows: &[Row]) {
     }
 }
 
-fn close(a: f64, b: f64) -> bool {
+pub(crate) fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
 }
 
-fn rfc3339(s: i64) -> String {
+pub(crate) fn rfc3339(s: i64) -> String {
     chrono::DateTime::from_timestamp(s, 0)
         .unwrap()
         .format("%Y-%m-%dT%H:%M:%SZ")
@@ -139,6 +140,8 @@ async fn check(node: &Node, rows: &[Row], phase: &str) {
         )
         .await;
     assert_eq!(got[0][0].as_u64(), Some(in_range), "{phase}: time range");
+
+    crate::query_functions::check(node, rows, phase).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -1,35 +1,54 @@
 //! CSV (RFC 4180): a header of column names, then one line per row. NULL is an empty
 //! field; timestamps are RFC 3339 in UTC like the JSON encoders.
 
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+
 use super::cell::Value;
 use super::json::{readers, write_display, write_float};
 use super::time::{write_date, write_rfc3339_nano};
+use super::{encode_all, BatchEncoder};
 use crate::engine::QueryOutput;
 use crate::error::Error;
 
 /// The whole result as CSV with a header line.
 pub fn csv(output: &QueryOutput) -> Result<Vec<u8>, Error> {
-    let mut out = Vec::new();
-    for (i, field) in output.schema.fields().iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
+    encode_all(CsvEncoder, output)
+}
+
+/// CSV as a [`BatchEncoder`]: the header in `begin`, lines per batch.
+#[derive(Debug, Default)]
+pub struct CsvEncoder;
+
+impl BatchEncoder for CsvEncoder {
+    fn begin(&mut self, schema: &SchemaRef, out: &mut Vec<u8>) -> Result<(), Error> {
+        for (i, field) in schema.fields().iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_field(out, field.name());
         }
-        write_field(&mut out, field.name());
+        out.push(b'\n');
+        Ok(())
     }
-    out.push(b'\n');
-    for batch in &output.batches {
+
+    fn write_batch(&mut self, batch: &RecordBatch, out: &mut Vec<u8>) -> Result<(), Error> {
         let readers = readers(batch)?;
         for row in 0..batch.num_rows() {
             for (i, reader) in readers.iter().enumerate() {
                 if i > 0 {
                     out.push(b',');
                 }
-                write_cell(&mut out, &reader.value(row));
+                write_cell(out, &reader.value(row));
             }
             out.push(b'\n');
         }
+        Ok(())
     }
-    Ok(out)
+
+    fn finish(&mut self, _out: &mut Vec<u8>) -> Result<(), Error> {
+        Ok(())
+    }
 }
 
 fn write_cell(out: &mut Vec<u8>, value: &Value<'_>) {

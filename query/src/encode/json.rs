@@ -7,12 +7,14 @@
 //! numbers at full 64-bit precision.
 
 use std::fmt::Display;
+use std::time::Instant;
 
-use arrow::datatypes::Schema;
+use arrow::datatypes::{Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 
 use super::cell::{ColumnReader, Value};
 use super::time::{write_date, write_rfc3339_nano};
+use super::BatchEncoder;
 use crate::engine::QueryOutput;
 use crate::error::Error;
 
@@ -95,6 +97,53 @@ impl ArcJsonWriter {
         out.extend_from_slice(b",\"timestamp\":\"");
         write_rfc3339_nano(out, now_secs, now_nanos);
         out.extend_from_slice(b"\"}");
+    }
+}
+
+/// Arc's envelope as a [`BatchEncoder`]: `execution_time_ms` runs from `started` to
+/// the last row, and `timestamp` is the time the last row was written.
+#[derive(Debug)]
+pub struct ArcJsonEncoder {
+    started: Instant,
+    writer: Option<ArcJsonWriter>,
+}
+
+impl ArcJsonEncoder {
+    /// An encoder for a request that arrived at `started`.
+    pub fn new(started: Instant) -> Self {
+        ArcJsonEncoder {
+            started,
+            writer: None,
+        }
+    }
+}
+
+impl BatchEncoder for ArcJsonEncoder {
+    fn begin(&mut self, schema: &SchemaRef, out: &mut Vec<u8>) -> Result<(), Error> {
+        self.writer = Some(ArcJsonWriter::begin(schema, out));
+        Ok(())
+    }
+
+    fn write_batch(&mut self, batch: &RecordBatch, out: &mut Vec<u8>) -> Result<(), Error> {
+        match &mut self.writer {
+            Some(writer) => writer.write_batch(batch, out),
+            None => Err(Error::Internal("JSON encoder used before begin".into())),
+        }
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) -> Result<(), Error> {
+        let writer = self
+            .writer
+            .take()
+            .ok_or_else(|| Error::Internal("JSON encoder finished twice".into()))?;
+        let now = chrono::Utc::now();
+        writer.finish(
+            self.started.elapsed().as_secs_f64() * 1000.0,
+            now.timestamp(),
+            now.timestamp_subsec_nanos(),
+            out,
+        );
+        Ok(())
     }
 }
 

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use crate::support::{
-    assert_close, f64s, i64s, one_i64, query, rows_for_hour, strings, Fixture, FILE_HOURS, HOUR_NS,
-    T0_NS,
+    assert_close, explain, f64s, i64s, one_i64, query, rows_for_hour, strings, Fixture, FILE_HOURS,
+    HOUR_NS, T0_NS,
 };
 
 #[tokio::test]
@@ -172,4 +172,23 @@ async fn file_missing_newer_column_reads_nulls() {
     let sql = "SELECT temp FROM cpu WHERE time < '2024-01-01T01:00:00Z' LIMIT 3";
     let output = query(&engine, "db1", sql).await;
     assert_eq!(f64s(&output, 0), vec![None, None, None]);
+}
+
+/// `count(*)` over files only is answered from the catalog's row counts, and stays right
+/// when a filter or a limit means the counts cannot be used.
+#[tokio::test]
+async fn count_of_files_comes_from_catalog_row_counts() {
+    let fixture = Fixture::new();
+    let engine = fixture.engine();
+    let plan = explain(&engine, "db1", "SELECT count(*) FROM disk").await;
+    assert!(!plan.contains("DataSourceExec"), "no scan needed:\n{plan}");
+    let output = query(&engine, "db1", "SELECT count(*) FROM disk").await;
+    assert_eq!(one_i64(&output), 600);
+    let output = query(&engine, "db1", "SELECT count(*) FROM cpu").await;
+    assert_eq!(one_i64(&output), fixture.cpu.len() as i64);
+
+    let limited = "SELECT count(*) FROM (SELECT * FROM disk LIMIT 7)";
+    assert_eq!(one_i64(&query(&engine, "db1", limited).await), 7);
+    let filtered = "SELECT count(*) FROM disk WHERE host = 'host-a'";
+    assert_eq!(one_i64(&query(&engine, "db1", filtered).await), 120);
 }

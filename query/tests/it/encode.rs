@@ -8,8 +8,9 @@ use arrow::array::{
 };
 use arrow::datatypes::{DataType, Field, Int32Type, Schema, TimeUnit};
 use arrow::ipc::reader::StreamReader;
-use quiver_query::encode;
-use quiver_query::QueryOutput;
+use futures::StreamExt;
+use quiver_query::encode::{self, Format};
+use quiver_query::{QueryConfig, QueryOutput};
 
 use crate::support::{query, Fixture};
 
@@ -183,4 +184,58 @@ async fn query_results_encode_with_dictionary_tags() {
         json.contains(r#""columns":["time","host","count"]"#),
         "{json}"
     );
+}
+
+/// An encoder of a whole result.
+type WholeEncoding = fn(&QueryOutput) -> Result<Vec<u8>, quiver_query::Error>;
+
+/// Streamed (encoded on the query runtime, chunk by chunk) and whole-result encodings of
+/// the same rows are the same bytes, and a multi-batch result arrives in several chunks.
+#[tokio::test]
+async fn streamed_encodings_equal_whole_result_encodings() {
+    let fixture = Fixture::new();
+    let engine = fixture.engine_with(QueryConfig {
+        target_partitions: 2,
+        batch_size: 100,
+        ..QueryConfig::default()
+    });
+    let sql = "SELECT * FROM cpu ORDER BY time, host";
+    let whole = query(&engine, "db1", sql).await;
+    assert!(whole.batches.len() > 1, "the result spans batches");
+    let cases: [(Format, WholeEncoding); 5] = [
+        (Format::Json, encode::json_objects),
+        (Format::Jsonl, encode::jsonl),
+        (Format::Csv, encode::csv),
+        (Format::Pretty, encode::pretty),
+        (Format::ArrowIpc, encode::arrow_ipc_stream),
+    ];
+    for (format, whole_encoding) in cases {
+        let mut stream = engine
+            .execute_encoded("db1", sql, format.encoder(std::time::Instant::now()))
+            .await
+            .expect("starts");
+        let mut streamed = Vec::new();
+        let mut chunks = 0;
+        while let Some(chunk) = stream.next().await {
+            streamed.extend_from_slice(&chunk.expect("chunk"));
+            chunks += 1;
+        }
+        let expected = whole_encoding(&whole).expect("encode");
+        if format == Format::ArrowIpc {
+            let read = |bytes: Vec<u8>| -> Vec<RecordBatch> {
+                StreamReader::try_new(std::io::Cursor::new(bytes), None)
+                    .expect("reader")
+                    .map(|b| b.expect("batch"))
+                    .collect()
+            };
+            let concat = |batches: Vec<RecordBatch>| {
+                arrow::compute::concat_batches(&whole.schema, &batches).expect("concat")
+            };
+            assert_eq!(concat(read(streamed)), concat(read(expected)));
+        } else {
+            assert_eq!(text(streamed), text(expected), "{format:?}");
+        }
+        let expected_chunks = if format == Format::Pretty { 1 } else { 2 };
+        assert!(chunks >= expected_chunks, "{format:?}: {chunks} chunks");
+    }
 }

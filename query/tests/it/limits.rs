@@ -27,9 +27,20 @@ async fn slow_query_times_out() {
         started.elapsed()
     );
 
-    // The engine is still usable afterwards.
-    let output = query(&engine, "db1", "SELECT count(*) FROM cpu").await;
-    assert_eq!(one_i64(&output), 2100);
+    // The engine is still usable afterwards. The cancelled query's tasks stop at their
+    // next yield, which a join in the middle of a batch can delay; until then they hold
+    // the query threads, so the next query may itself time out once or twice.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match engine.execute("db1", "SELECT count(*) FROM cpu").await {
+            Ok(output) => {
+                assert_eq!(one_i64(&output), 2100);
+                break;
+            }
+            Err(Error::Timeout { .. }) if Instant::now() < deadline => continue,
+            Err(err) => panic!("engine unusable after a timeout: {err}"),
+        }
+    }
 }
 
 #[tokio::test]
@@ -67,4 +78,67 @@ async fn oversized_result_exceeds_memory_limit() {
     // A small result fits the same limit.
     let output = query(&engine, "db1", "SELECT count(*) FROM mem").await;
     assert_eq!(one_i64(&output), 600);
+}
+
+#[tokio::test]
+async fn queries_together_share_the_node_memory_limit() {
+    let fixture = Fixture::new();
+    let engine = fixture.engine_with(QueryConfig {
+        target_partitions: 2,
+        memory_bytes_max: 1024 * 1024 * 1024,
+        node_memory_bytes_max: 64 * 1024,
+        ..QueryConfig::default()
+    });
+    let sql = "SELECT a.time, b.usage FROM cpu a JOIN cpu b ON a.host = b.host ORDER BY b.usage";
+    let err = engine
+        .execute("db1", sql)
+        .await
+        .expect_err("must run out of node memory");
+    assert!(matches!(err, Error::ResourcesExhausted(_)), "{err:?}");
+    assert_eq!(err.http_status(), 507);
+    let message = err.to_string();
+    assert!(
+        message.contains("shared memory limit of 65536 bytes"),
+        "{message}"
+    );
+    assert!(message.contains("query.node_memory_bytes_max"), "{message}");
+    // A failed query gives its memory back once its cancelled tasks have unwound.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while engine.stats().memory_bytes != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "memory held: {:?}",
+            engine.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    let output = query(&engine, "db1", "SELECT count(*) FROM cpu").await;
+    assert_eq!(one_i64(&output), 2100);
+}
+
+#[tokio::test]
+async fn a_dropped_stream_frees_its_slot() {
+    let fixture = Fixture::new();
+    let engine = fixture.engine_with(QueryConfig {
+        target_partitions: 2,
+        concurrency_max: 1,
+        queue_max: 0,
+        ..QueryConfig::default()
+    });
+    let stream = engine
+        .execute_stream("db1", "SELECT * FROM cpu")
+        .await
+        .expect("first query runs");
+    assert_eq!(engine.stats().running, 1);
+    let err = engine
+        .execute("db1", "SELECT 1")
+        .await
+        .expect_err("no slot and no queue");
+    assert!(matches!(err, Error::Busy { running: 1, .. }), "{err:?}");
+    assert_eq!(err.retry_after_s(), Some(1));
+    drop(stream);
+    assert_eq!(engine.stats().running, 0);
+    let output = query(&engine, "db1", "SELECT count(*) FROM cpu").await;
+    assert_eq!(one_i64(&output), 2100);
 }

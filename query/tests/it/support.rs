@@ -268,6 +268,7 @@ impl Fixture {
 
     pub fn engine_with(&self, config: QueryConfig) -> QueryEngine {
         QueryEngine::new(Arc::clone(&self.source) as Arc<dyn TableSource>, config)
+            .expect("engine starts")
     }
 }
 

@@ -191,7 +191,8 @@ fn build_batch(
 }
 
 fn decode_time(cur: &mut Cursor<'_>, len: usize) -> Result<Vec<i64>> {
-    let mut out = Vec::with_capacity(len);
+    // Each value takes at least one byte: the declared length cannot be trusted further.
+    let mut out = Vec::with_capacity(len.min(cur.remaining()));
     for row in 0..len {
         let ns = match cur.token()? {
             Token::Int(v) => int_to_ns(v)?,
@@ -210,9 +211,11 @@ fn decode_time(cur: &mut Cursor<'_>, len: usize) -> Result<Vec<i64>> {
 
 fn decode_values(cur: &mut Cursor<'_>, name: &str, len: usize) -> Result<Values> {
     let mut values = Values::AllNull(0);
+    // Each value takes at least one byte: the declared length cannot be trusted further.
+    let capacity = len.min(cur.remaining());
     for row in 0..len {
         let token = cur.token()?;
-        values = push(values, token, len).map_err(|expected| {
+        values = push(values, token, capacity).map_err(|expected| {
             cur.error(format!(
                 "column {name:?} row {row}: {} mixed with {expected}; a column holds one type",
                 token.type_name()

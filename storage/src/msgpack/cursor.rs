@@ -52,6 +52,12 @@ impl<'a> Cursor<'a> {
         Cursor { buf, pos: 0 }
     }
 
+    /// Bytes not read yet: an upper bound on how many values can still follow, so a
+    /// declared array length never sizes an allocation beyond what the body can hold.
+    pub(crate) fn remaining(&self) -> usize {
+        self.buf.len().saturating_sub(self.pos)
+    }
+
     pub(crate) fn at_end(&self) -> bool {
         self.pos >= self.buf.len()
     }

@@ -134,3 +134,15 @@ fn garbage_is_an_error() {
         .to_string()
         .contains("trailing"));
 }
+
+#[test]
+fn a_huge_declared_array_length_is_not_allocated() {
+    // Found by cargo fuzz: `columns.time` declared as an array32 of 1.87 billion
+    // elements in a 47-byte body made the decoder reserve 15 GB before reading a value.
+    let body: [u8; 47] = [
+        130, 161, 109, 163, 99, 112, 117, 167, 99, 111, 108, 117, 109, 110, 115, 132, 164, 116,
+        105, 109, 101, 221, 111, 108, 117, 109, 47, 115, 132, 164, 0, 211, 0, 0, 1, 139, 207, 229,
+        140, 158, 152, 154, 84, 116, 105, 35, 109,
+    ];
+    assert!(super::decode_msgpack(&body, 0).is_err());
+}
