@@ -12,6 +12,9 @@
 //! which prunes row groups and pages by statistics and filters rows while decoding.
 //! This file prunes whole files by their catalog time range (see `prune`).
 //!
+//! Tags are dictionary-encoded in memory and in the files but declared as `Utf8` to
+//! DataFusion (see `plain_strings_schema`).
+//!
 //! The Parquet scan carries the exact row count from the catalog (when it has no limit),
 //! so `count(*)` without a filter is answered from it, as DuckDB answers it from footers.
 //!
@@ -23,7 +26,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use arrow::datatypes::SchemaRef;
+use arrow::compute::cast;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::config::TableParquetOptions;
@@ -48,6 +52,8 @@ use crate::prune::TimeRange;
 /// A measurement as DataFusion sees it, frozen at the snapshot taken during planning.
 pub(crate) struct MeasurementTable {
     snapshot: TableSnapshot,
+    /// The schema DataFusion sees: `snapshot.schema` with dictionary strings as `Utf8`.
+    schema: SchemaRef,
 }
 
 impl std::fmt::Debug for MeasurementTable {
@@ -63,7 +69,8 @@ impl std::fmt::Debug for MeasurementTable {
 
 impl MeasurementTable {
     pub(crate) fn new(snapshot: TableSnapshot) -> Self {
-        MeasurementTable { snapshot }
+        let schema = plain_strings_schema(&snapshot.schema);
+        MeasurementTable { snapshot, schema }
     }
 
     fn plan_scan(
@@ -98,7 +105,7 @@ impl MeasurementTable {
             children.push(self.parquet_exec(state, &files, projection, limit, partitions_max)?);
         }
         if children.is_empty() {
-            let schema = project_schema(&self.snapshot.schema, projection)?;
+            let schema = project_schema(&self.schema, projection)?;
             return Ok(Arc::new(EmptyExec::new(schema)));
         }
         UnionExec::try_new(children)
@@ -127,11 +134,14 @@ impl MeasurementTable {
         let partition_count = partitions_max.min(batches.len()).max(1);
         let mut partitions: Vec<Vec<RecordBatch>> = vec![Vec::new(); partition_count];
         for (i, batch) in batches.iter().enumerate() {
-            partitions[i % partition_count].push(batch.clone());
+            partitions[i % partition_count].push(plain_strings(batch, &self.schema)?);
         }
-        let source =
-            MemorySourceConfig::try_new(&partitions, Arc::clone(schema), projection.cloned())?
-                .with_limit(limit);
+        let source = MemorySourceConfig::try_new(
+            &partitions,
+            Arc::clone(&self.schema),
+            projection.cloned(),
+        )?
+        .with_limit(limit);
         Ok(DataSourceExec::from_data_source(source))
     }
 
@@ -156,7 +166,8 @@ impl MeasurementTable {
             global: state.config_options().execution.parquet.clone(),
             ..TableParquetOptions::default()
         };
-        let source = ParquetSource::new(Arc::clone(&self.snapshot.schema))
+        // Files keep dictionary-encoded tags; DataFusion casts them to the table's `Utf8`.
+        let source = ParquetSource::new(Arc::clone(&self.schema))
             .with_table_parquet_options(options)
             .with_parquet_file_reader_factory(Arc::new(reader_factory));
         let mut config = FileScanConfigBuilder::new(store_url, Arc::new(source))
@@ -171,12 +182,47 @@ impl MeasurementTable {
                 DataFusionError::Internal(format!("{rows} rows do not fit in usize"))
             })?;
             config = config.with_statistics(
-                Statistics::new_unknown(&self.snapshot.schema)
-                    .with_num_rows(Precision::Exact(rows)),
+                Statistics::new_unknown(&self.schema).with_num_rows(Precision::Exact(rows)),
             );
         }
         Ok(DataSourceExec::from_data_source(config.build()))
     }
+}
+
+/// `schema` with every dictionary of strings (tags) as plain `Utf8`. DataFusion 55 has
+/// no group-by specialised for dictionary keys and falls back to its generic row format,
+/// which made `GROUP BY host` and `count(DISTINCT host)` about twice as slow as over
+/// plain strings (measured: 537 vs 304 ms and 627 vs 278 ms on 20 M rows), while the
+/// cast costs far less than that. Results carry the tags as `Utf8`.
+fn plain_strings_schema(schema: &SchemaRef) -> SchemaRef {
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|field| match field.data_type() {
+            DataType::Dictionary(_, value) if value.as_ref() == &DataType::Utf8 => {
+                field.as_ref().clone().with_data_type(DataType::Utf8)
+            }
+            _ => field.as_ref().clone(),
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
+/// A memory batch (in the storage schema) cast to the query schema.
+fn plain_strings(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
+    let columns = batch
+        .columns()
+        .iter()
+        .zip(schema.fields())
+        .map(|(column, field)| {
+            if column.data_type() == field.data_type() {
+                Ok(Arc::clone(column))
+            } else {
+                cast(column, field.data_type())
+            }
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
 }
 
 /// Spreads files over at most `groups_max` groups, balancing bytes (largest first into
@@ -211,7 +257,7 @@ type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 impl TableProvider for MeasurementTable {
     fn schema(&self) -> SchemaRef {
-        Arc::clone(&self.snapshot.schema)
+        Arc::clone(&self.schema)
     }
 
     fn table_type(&self) -> TableType {
