@@ -115,6 +115,17 @@ impl Auth {
         })
     }
 
+    /// Checks a request for `needed`, taking the token from its headers or, as
+    /// InfluxDB 1.x clients send it, from the `p` query parameter.
+    pub fn check_request(
+        &self,
+        headers: &HeaderMap,
+        params: &std::collections::HashMap<String, String>,
+        needed: Permission,
+    ) -> Result<(), AuthError> {
+        self.check(headers, params.get("p").map(String::as_str), needed)
+    }
+
     /// Checks a request for `needed`.
     pub fn check(
         &self,

@@ -197,6 +197,9 @@ pub struct QuerySection {
     pub threads: usize,
     /// Nice value of the query threads (0 = same priority as ingest).
     pub thread_nice: i32,
+    /// Row pairs a nested-loop or cross join may compare; larger ones get 400 (0 = no
+    /// limit).
+    pub join_pairs_max: u64,
 }
 
 impl Default for QuerySection {
@@ -210,6 +213,7 @@ impl Default for QuerySection {
             queue_max: 64,
             threads: 0,
             thread_nice: 10,
+            join_pairs_max: quiver_query::JOIN_PAIRS_MAX_DEFAULT,
         }
     }
 }

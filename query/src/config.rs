@@ -22,10 +22,16 @@ pub struct QueryConfig {
     pub queue_max: usize,
     /// Worker threads of the query runtime, which runs nothing but queries.
     pub threads: usize,
+    /// Row pairs a nested-loop or cross join may compare, by the row counts known when
+    /// it is planned; larger joins are refused (400) instead of running for minutes.
+    pub join_pairs_max: u64,
     /// Nice value (0..=19) of the query threads, so that under CPU contention the
     /// ingest path, on the main runtime at nice 0, gets most of the CPU. 0 disables it.
     pub thread_nice: i32,
 }
+
+/// Default of [`QueryConfig::join_pairs_max`]: a few seconds of one core's work.
+pub const JOIN_PAIRS_MAX_DEFAULT: u64 = 1_000_000_000;
 
 /// Longest SQL text accepted, in bytes; longer statements are refused before parsing.
 pub const SQL_BYTES_MAX: usize = 1024 * 1024;
@@ -62,6 +68,7 @@ impl Default for QueryConfig {
             concurrency_max: 2 * cores,
             queue_max: 64,
             threads: cores,
+            join_pairs_max: JOIN_PAIRS_MAX_DEFAULT,
             thread_nice: 10,
         }
     }

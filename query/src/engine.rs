@@ -198,6 +198,7 @@ impl QueryEngine {
         let task = self.inner.runtime.handle().spawn(produce::run(
             state,
             sql.to_string(),
+            self.inner.config.join_pairs_max,
             Arc::clone(&pool),
             sink,
             tx,
@@ -219,8 +220,8 @@ impl QueryEngine {
         parquet.pushdown_filters = true;
         parquet.reorder_filters = true;
         parquet.enable_page_index = true;
-        // Tables declare Utf8 and dictionaries; reading strings as views would only add
-        // a cast back.
+        // Tables declare tags as `Utf8View` themselves (see `provider`); string fields
+        // stay `Utf8`, as declared, rather than being coerced to views behind our back.
         parquet.schema_force_view_types = false;
         Ok(
             SessionStateBuilder::new_from_existing(self.inner.base_state.clone())

@@ -15,10 +15,12 @@
 
 mod admission;
 mod catalog;
+mod client_types;
 mod config;
 pub mod encode;
 mod engine;
 mod error;
+mod join_guard;
 mod memory;
 mod produce;
 mod provider;
@@ -28,7 +30,7 @@ mod sandbox;
 mod stream;
 mod udf;
 
-pub use config::QueryConfig;
+pub use config::{QueryConfig, JOIN_PAIRS_MAX_DEFAULT};
 pub use engine::{QueryEngine, QueryOutput, QueryStats, STORAGE_URL};
 pub use error::Error;
 pub use stream::{EncodedStream, QueryStream, ResultStream};

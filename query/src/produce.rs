@@ -17,8 +17,10 @@ use datafusion::physical_plan::{execute_stream, ExecutionPlan};
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
+use crate::client_types;
 use crate::encode::BatchEncoder;
 use crate::error::Error;
+use crate::join_guard;
 use crate::memory::QueryMemoryPool;
 use crate::sandbox;
 
@@ -120,12 +122,13 @@ impl Sink for Encoded {
 pub(crate) async fn run<S: Sink>(
     state: SessionState,
     sql: String,
+    join_pairs_max: u64,
     pool: Arc<QueryMemoryPool>,
     mut sink: S,
     tx: mpsc::Sender<Message<S::Item>>,
 ) {
     let started = std::time::Instant::now();
-    let outcome = produce(state, &sql, &mut sink, &tx).await;
+    let outcome = produce(state, &sql, join_pairs_max, &mut sink, &tx).await;
     let message = match outcome {
         Ok(rows) => {
             tracing::debug!(
@@ -145,11 +148,14 @@ pub(crate) async fn run<S: Sink>(
 async fn produce<S: Sink>(
     mut state: SessionState,
     sql: &str,
+    join_pairs_max: u64,
     sink: &mut S,
     tx: &mpsc::Sender<Message<S::Item>>,
 ) -> Result<usize, Error> {
     let plan = plan(&mut state, sql).await?;
-    let schema = plan.schema();
+    join_guard::check_join_sizes(&plan, join_pairs_max)?;
+    let client_schema = client_types::client_schema(&plan.schema());
+    let schema = client_schema.clone().unwrap_or_else(|| plan.schema());
     sink.begin(&schema)?;
     if tx.send(Message::Ready(schema)).await.is_err() {
         return Ok(0);
@@ -157,7 +163,10 @@ async fn produce<S: Sink>(
     let mut batches = execute_stream(plan, state.task_ctx())?;
     let mut rows = 0;
     while let Some(batch) = batches.next().await {
-        let batch = batch?;
+        let mut batch = batch?;
+        if let Some(client_schema) = &client_schema {
+            batch = client_types::to_client(&batch, client_schema)?;
+        }
         rows += batch.num_rows();
         if let Some(item) = sink.push(batch)? {
             if tx.send(Message::Item(item)).await.is_err() {

@@ -12,7 +12,7 @@
 //! which prunes row groups and pages by statistics and filters rows while decoding.
 //! This file prunes whole files by their catalog time range (see `prune`).
 //!
-//! Tags are dictionary-encoded in memory and in the files but declared as `Utf8` to
+//! Tags are dictionary-encoded in memory and in the files but declared as `Utf8View` to
 //! DataFusion (see `plain_strings_schema`).
 //!
 //! The Parquet scan carries the exact row count from the catalog (when it has no limit),
@@ -27,7 +27,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use arrow::compute::cast;
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::datatypes::{DataType, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::config::TableParquetOptions;
@@ -44,7 +44,7 @@ use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::ExecutionPlan;
-use quiver_storage::{ParquetFileRef, TableSnapshot};
+use quiver_storage::{with_tags_as, ParquetFileRef, TableSnapshot};
 
 use crate::engine::STORAGE_URL;
 use crate::prune::TimeRange;
@@ -52,7 +52,7 @@ use crate::prune::TimeRange;
 /// A measurement as DataFusion sees it, frozen at the snapshot taken during planning.
 pub(crate) struct MeasurementTable {
     snapshot: TableSnapshot,
-    /// The schema DataFusion sees: `snapshot.schema` with dictionary strings as `Utf8`.
+    /// The schema DataFusion sees: `snapshot.schema` with tags as `Utf8View`.
     schema: SchemaRef,
 }
 
@@ -166,7 +166,8 @@ impl MeasurementTable {
             global: state.config_options().execution.parquet.clone(),
             ..TableParquetOptions::default()
         };
-        // Files keep dictionary-encoded tags; DataFusion casts them to the table's `Utf8`.
+        // Files record tags as `Utf8` (dictionary-encoded pages), which the reader decodes
+        // into the table's `Utf8View`; older files recording dictionaries are cast.
         let source = ParquetSource::new(Arc::clone(&self.schema))
             .with_table_parquet_options(options)
             .with_parquet_file_reader_factory(Arc::new(reader_factory));
@@ -189,23 +190,14 @@ impl MeasurementTable {
     }
 }
 
-/// `schema` with every dictionary of strings (tags) as plain `Utf8`. DataFusion 55 has
-/// no group-by specialised for dictionary keys and falls back to its generic row format,
-/// which made `GROUP BY host` and `count(DISTINCT host)` about twice as slow as over
-/// plain strings (measured: 537 vs 304 ms and 627 vs 278 ms on 20 M rows), while the
-/// cast costs far less than that. Results carry the tags as `Utf8`.
+/// `schema` with every tag declared as `Utf8View`. DataFusion 55 has no group-by
+/// specialised for dictionary keys (it falls back to its generic row format), while it
+/// groups string views with a map that compares short strings as one 128-bit word; and
+/// the Parquet reader decodes dictionary pages of `Utf8` columns (how files record tags)
+/// straight into views. Measured on 20 M rows, `GROUP BY host`: dictionary 537 ms,
+/// `Utf8` 304 ms (cast from dictionaries), views: see `docs/benchmarks.md`.
 fn plain_strings_schema(schema: &SchemaRef) -> SchemaRef {
-    let fields: Vec<Field> = schema
-        .fields()
-        .iter()
-        .map(|field| match field.data_type() {
-            DataType::Dictionary(_, value) if value.as_ref() == &DataType::Utf8 => {
-                field.as_ref().clone().with_data_type(DataType::Utf8)
-            }
-            _ => field.as_ref().clone(),
-        })
-        .collect();
-    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+    Arc::new(with_tags_as(schema, &DataType::Utf8View))
 }
 
 /// A memory batch (in the storage schema) cast to the query schema.

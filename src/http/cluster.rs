@@ -28,11 +28,8 @@ pub async fn cluster_status(
     Query(params): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    app.auth.check(
-        &headers,
-        params.get("p").map(String::as_str),
-        Permission::Read,
-    )?;
+    app.auth
+        .check_request(&headers, &params, Permission::Read)?;
     let m = app.node.raft.metrics().borrow().clone();
     let wal = app.node.log.wal().stats();
     let entry_bytes = wal
@@ -115,11 +112,7 @@ fn admin(
     headers: &HeaderMap,
     params: &HashMap<String, String>,
 ) -> Result<(), ApiError> {
-    app.auth.check(
-        headers,
-        params.get("p").map(String::as_str),
-        Permission::Admin,
-    )?;
+    app.auth.check_request(headers, params, Permission::Admin)?;
     Ok(())
 }
 

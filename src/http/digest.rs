@@ -36,11 +36,8 @@ pub async fn digest(
     Query(params): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    app.auth.check(
-        &headers,
-        params.get("p").map(String::as_str),
-        Permission::Read,
-    )?;
+    app.auth
+        .check_request(&headers, &params, Permission::Read)?;
     let applied = app
         .node
         .raft

@@ -51,11 +51,7 @@ pub async fn admit(
     params: &HashMap<String, String>,
     body: Body,
 ) -> Result<Admitted, ApiError> {
-    app.auth.check(
-        headers,
-        params.get("p").map(String::as_str),
-        Permission::Write,
-    )?;
+    app.auth.check_request(headers, params, Permission::Write)?;
     let permit = app.write_permits.clone().try_acquire_owned().map_err(|_| {
         metrics::counter!("quiver_writes_refused_total", "reason" => "in_flight").increment(1);
         ApiError::overloaded(

@@ -70,11 +70,8 @@ pub async fn measurements(
     Query(params): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    app.auth.check(
-        &headers,
-        params.get("p").map(String::as_str),
-        Permission::Read,
-    )?;
+    app.auth
+        .check_request(&headers, &params, Permission::Read)?;
     let database = params
         .get("database")
         .or_else(|| params.get("db"))

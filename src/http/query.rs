@@ -45,11 +45,7 @@ async fn prepare(
     headers: &HeaderMap,
     request: &QueryRequest,
 ) -> Result<String, ApiError> {
-    app.auth.check(
-        headers,
-        params.get("p").map(String::as_str),
-        Permission::Read,
-    )?;
+    app.auth.check_request(headers, params, Permission::Read)?;
     let mut params = params.clone();
     if let Some(db) = &request.database {
         params.entry("db".into()).or_insert_with(|| db.clone());

@@ -65,11 +65,7 @@ async fn run(
     request: SqlRequest,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
-    app.auth.check(
-        headers,
-        params.get("p").map(String::as_str),
-        Permission::Read,
-    )?;
+    app.auth.check_request(headers, params, Permission::Read)?;
     let param = |name: &str| params.get(name).cloned();
     let database = request
         .db

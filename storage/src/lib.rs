@@ -41,8 +41,8 @@ pub use parquet_encode::ParquetSettings;
 pub use paths::parquet_path;
 pub use rows::{FieldValue, RowBatchBuilder, RowError};
 pub use schema::{
-    canonical_schema, conform, tag_type, widen_integers_to_stored, ColumnKind, FieldType,
-    MeasurementSchema, TIME_COLUMN, TIME_TYPE,
+    canonical_schema, conform, tag_type, widen_integers_to_stored, with_tags_as, ColumnKind,
+    FieldType, MeasurementSchema, TIME_COLUMN, TIME_TYPE,
 };
 pub use store::{
     MemoryImage, OpenReport, Storage, StorageConfig, StorageStats, TableImage, TableKey,

@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch};
 use arrow::compute::{concat_batches, lexsort_to_indices, take_record_batch, SortColumn};
-use arrow::datatypes::{SchemaRef, TimestampNanosecondType};
+use arrow::datatypes::{DataType, SchemaRef, TimestampNanosecondType};
 use bytes::Bytes;
-use parquet::arrow::ArrowWriter;
+use parquet::arrow::arrow_writer::ArrowWriterOptions;
+use parquet::arrow::{encode_arrow_schema, ArrowWriter, ARROW_SCHEMA_META_KEY};
 use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::metadata::{KeyValue, SortingColumn};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
@@ -18,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::ids::{LogIndex, TimestampNs};
 use crate::meta::{ColumnMeta, FileMeta, FILE_META_KEY, FILE_META_VERSION};
 use crate::paths::parquet_path;
-use crate::schema::{conform, ColumnKind, TIME_COLUMN};
+use crate::schema::{conform, with_tags_as, ColumnKind, TIME_COLUMN};
 
 /// How Parquet files are written.
 #[derive(Debug, Clone)]
@@ -218,16 +219,28 @@ fn write_parquet(
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_max_row_group_row_count(Some(settings.row_group_rows_max))
         .set_sorting_columns(Some(sorting))
-        .set_key_value_metadata(Some(vec![KeyValue::new(
-            FILE_META_KEY.to_string(),
-            meta_json,
-        )]));
+        .set_key_value_metadata(Some(vec![
+            KeyValue::new(FILE_META_KEY.to_string(), meta_json),
+            KeyValue::new(
+                ARROW_SCHEMA_META_KEY.to_string(),
+                // Tags recorded as plain strings (the column chunks stay
+                // dictionary-encoded): readers honour the recorded type, and `Utf8`
+                // lets the query engine decode tags straight into string views
+                // (copying a 16-byte view per row from the decoded dictionary page)
+                // instead of building dictionary arrays and casting them, which was a
+                // third of the time of a `GROUP BY host` over 20 M rows.
+                encode_arrow_schema(&with_tags_as(&schema, &DataType::Utf8)),
+            ),
+        ]));
     let time_path = ColumnPath::from(TIME_COLUMN);
     props = props
         .set_column_dictionary_enabled(time_path.clone(), false)
         .set_column_encoding(time_path, Encoding::DELTA_BINARY_PACKED);
     let mut buffer = Vec::with_capacity(batch.get_array_memory_size() / 4 + 4096);
-    let mut writer = ArrowWriter::try_new(&mut buffer, schema, Some(props.build()))?;
+    let options = ArrowWriterOptions::new()
+        .with_properties(props.build())
+        .with_skip_arrow_metadata(true);
+    let mut writer = ArrowWriter::try_new_with_options(&mut buffer, schema, options)?;
     writer.write(batch)?;
     writer.close()?;
     debug_assert!(batch.num_rows() == 0 || batch.column(0).len() == batch.num_rows());

@@ -25,6 +25,23 @@ pub fn tag_type() -> DataType {
     DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8))
 }
 
+/// `schema` with every tag (dictionary of strings) declared as `as_type` instead: what
+/// Parquet files record (`Utf8`) and what the query engine declares (`Utf8View`), both
+/// for speed of reading; see `parquet_encode` and the query crate's provider.
+pub fn with_tags_as(schema: &Schema, as_type: &DataType) -> Schema {
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|field| match field.data_type() {
+            DataType::Dictionary(_, value) if value.as_ref() == &DataType::Utf8 => {
+                field.as_ref().clone().with_data_type(as_type.clone())
+            }
+            _ => field.as_ref().clone(),
+        })
+        .collect();
+    Schema::new_with_metadata(fields, schema.metadata().clone())
+}
+
 /// Key type of tag dictionaries, for builders.
 pub type TagKey = Int32Type;
 

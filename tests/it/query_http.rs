@@ -211,6 +211,16 @@ async fn large_results_stream_in_the_envelope_and_as_arrow() {
     );
     let bytes = r.bytes().await.expect("body");
     let reader = StreamReader::try_new(std::io::Cursor::new(bytes), None).expect("IPC stream");
+    // Tags are string views inside the engine; clients get plain strings, which every
+    // Arrow reader understands.
+    assert_eq!(
+        reader
+            .schema()
+            .field_with_name("host")
+            .map(|f| f.data_type().clone())
+            .ok(),
+        Some(arrow::datatypes::DataType::Utf8)
+    );
     let mut rows = 0;
     for batch in reader {
         rows += batch.expect("batch").num_rows();

@@ -14,8 +14,10 @@ async fn slow_query_times_out() {
         timeout_ms: 300,
         ..QueryConfig::default()
     });
-    // 2100^3 row combinations: hours of work.
-    let sql = "SELECT count(*) FROM cpu a, cpu b, cpu c WHERE a.usage + b.usage + c.usage < 0";
+    // 10^13 rows generated and summed: hours of work, in batches (so it yields, and the
+    // cancelled query stops at its next batch; joins that would not are refused, see
+    // `huge_cross_join_is_refused_before_it_runs`).
+    let sql = "SELECT sum(value % 7) FROM generate_series(1, 10000000000000)";
     let started = Instant::now();
     let err = engine.execute("db1", sql).await.expect_err("must time out");
     assert!(matches!(err, Error::Timeout { ms: 300 }), "{err:?}");
@@ -28,8 +30,8 @@ async fn slow_query_times_out() {
     );
 
     // The engine is still usable afterwards. The cancelled query's tasks stop at their
-    // next yield, which a join in the middle of a batch can delay; until then they hold
-    // the query threads, so the next query may itself time out once or twice.
+    // next yield; until then they hold the query threads, so the next query may itself
+    // time out once or twice.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         match engine.execute("db1", "SELECT count(*) FROM cpu").await {
@@ -41,6 +43,48 @@ async fn slow_query_times_out() {
             Err(err) => panic!("engine unusable after a timeout: {err}"),
         }
     }
+}
+
+#[tokio::test]
+async fn huge_cross_join_is_refused_before_it_runs() {
+    let fixture = Fixture::new();
+    let engine = fixture.engine_with(QueryConfig {
+        target_partitions: 2,
+        ..QueryConfig::default()
+    });
+    // 2100^3 = 9.3e9 row triples: over the default limit of 1e9 pairs.
+    let sql = "SELECT count(*) FROM cpu a, cpu b, cpu c WHERE a.usage + b.usage + c.usage < 0";
+    let started = Instant::now();
+    let err = engine.execute("db1", sql).await.expect_err("refused");
+    assert!(matches!(err, Error::Refused(_)), "{err:?}");
+    assert_eq!(err.http_status(), 400);
+    let message = err.to_string();
+    assert!(message.contains("row pairs"), "{message}");
+    assert!(message.contains("query.join_pairs_max"), "{message}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "refused at planning, not after running: {:?}",
+        started.elapsed()
+    );
+
+    // A cross join under the limit runs, with the right answer.
+    let sql = "SELECT count(*) FROM cpu a, cpu b WHERE a.usage > b.usage";
+    let output = query(&engine, "db1", sql).await;
+    let usages: Vec<f64> = fixture.cpu.iter().map(|r| r.usage).collect();
+    let expected = usages
+        .iter()
+        .map(|a| usages.iter().filter(|b| a > *b).count() as i64)
+        .sum::<i64>();
+    assert_eq!(one_i64(&output), expected);
+
+    // The limit is a setting: lowered, the same join is refused.
+    let strict = fixture.engine_with(QueryConfig {
+        target_partitions: 2,
+        join_pairs_max: 1000,
+        ..QueryConfig::default()
+    });
+    let err = strict.execute("db1", sql).await.expect_err("refused");
+    assert!(err.to_string().contains("2100 x 2100"), "{err}");
 }
 
 #[tokio::test]
