@@ -66,7 +66,7 @@ def binary(path):
 class Node:
     """A release node on a loopback port, with authentication off."""
 
-    def __init__(self, exe, data_dir, threads):
+    def __init__(self, exe, data_dir, threads, extra_env=None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.data_dir = data_dir
@@ -85,6 +85,7 @@ class Node:
                 "QUIVER_LOG_LEVEL": "warn",
             }
         )
+        env.update(extra_env or {})
         self.log_file = open(os.path.join(data_dir, "node.log"), "ab")
         self.process = subprocess.Popen(
             [exe, "serve", "--auth", "none", "--http-addr", f"127.0.0.1:{self.port}",
