@@ -176,28 +176,6 @@ impl MeasurementSchema {
         MeasurementSchema { columns, arrow }
     }
 
-    /// Reads a schema back from an Arrow schema written by Quiver (a Parquet file's).
-    pub fn from_arrow(measurement: &str, schema: &Schema) -> Result<Self> {
-        let mut columns = BTreeMap::new();
-        for field in schema.fields() {
-            let kind =
-                ColumnKind::from_arrow(field.name(), field.data_type()).ok_or_else(|| {
-                    Error::Corrupt {
-                        path: measurement.to_string(),
-                        reason: format!(
-                            "column {:?} has unsupported type {}",
-                            field.name(),
-                            field.data_type()
-                        ),
-                    }
-                })?;
-            if kind != ColumnKind::Time {
-                columns.insert(field.name().clone(), kind);
-            }
-        }
-        Ok(Self::from_columns(columns))
-    }
-
     /// The canonical Arrow schema of all columns seen so far.
     pub fn arrow(&self) -> &SchemaRef {
         &self.arrow
