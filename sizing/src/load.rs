@@ -75,7 +75,16 @@ pub struct LoadArgs {
     /// Per-request timeout in seconds.
     #[arg(long, default_value_t = 60)]
     pub timeout_s: u64,
+    /// How long one batch may keep being retried after 429/503 answers (which promise
+    /// that nothing of it was written), in seconds; 0 counts a refusal as a failure.
+    #[arg(long, default_value_t = 120)]
+    pub retry_refused_s: u64,
 }
+
+/// First wait after a refusal that names no `Retry-After`; doubles up to the maximum.
+const RETRY_BACKOFF_FIRST: Duration = Duration::from_millis(50);
+/// Longest wait between two tries of one batch.
+const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(2);
 
 struct Shared {
     next_seq: AtomicU64,
@@ -102,12 +111,13 @@ impl Shared {
         }
     }
 
-    fn fail(&self, rows: u64, message: String, refused: bool) {
+    fn fail(&self, rows: u64, message: String) {
         self.failed_rows.fetch_add(rows, Ordering::Relaxed);
         self.failed_requests.fetch_add(1, Ordering::Relaxed);
-        if refused {
-            self.refused.fetch_add(1, Ordering::Relaxed);
-        }
+        self.note(message);
+    }
+
+    fn note(&self, message: String) {
         if let Ok(mut errors) = self.errors.lock() {
             if errors.len() < ERRORS_KEPT_MAX {
                 errors.push(message);
@@ -191,43 +201,66 @@ pub async fn load(args: LoadArgs) -> Result<LoadReport> {
             names.clone(),
             url.clone(),
         );
-        let (token, database, batch_size) =
-            (args.token.clone(), args.database.clone(), args.batch_size);
+        let (token, database, batch_size, retry_refused_s) = (
+            args.token.clone(),
+            args.database.clone(),
+            args.batch_size,
+            args.retry_refused_s,
+        );
         tasks.push(tokio::spawn(async move {
             let mut latencies: Vec<u32> = Vec::new();
             while let Some((first, rows)) = shared.claim(batch_size) {
-                let body = match format {
+                // Shared by every try of this batch.
+                let body = bytes::Bytes::from(match format {
                     WireFormat::Msgpack => encode_columnar_batch(&shape, &names, first, rows),
                     WireFormat::Lp => encode_lp_batch(&shape, &names, first, rows),
-                };
-                let mut request = client
-                    .post(&url)
-                    .header("content-type", content_type)
-                    .header("x-arc-database", &database)
-                    .body(body);
-                if let Some(t) = &token {
-                    request = request.bearer_auth(t);
-                }
+                });
                 let sent = Instant::now();
-                match request.send().await {
-                    Ok(response) if response.status().is_success() => {
+                let give_up_at = sent + Duration::from_secs(retry_refused_s);
+                let mut backoff = RETRY_BACKOFF_FIRST;
+                loop {
+                    let mut request = client
+                        .post(&url)
+                        .header("content-type", content_type)
+                        .header("x-arc-database", &database)
+                        .body(body.clone());
+                    if let Some(t) = &token {
+                        request = request.bearer_auth(t);
+                    }
+                    let response = match request.send().await {
+                        Ok(response) => response,
+                        // The outcome is unknown: retrying could write the rows twice.
+                        Err(e) => {
+                            shared.fail(rows, format!("transport: {e}"));
+                            break;
+                        }
+                    };
+                    let status = response.status();
+                    if status.is_success() {
+                        // Latency as the client lives it: first try to acknowledgement.
                         latencies.push(sent.elapsed().as_micros().min(u32::MAX as u128) as u32);
                         shared.acked.fetch_add(rows, Ordering::Relaxed);
+                        break;
                     }
-                    Ok(response) => {
-                        let status = response.status();
-                        let refused = status.as_u16() == 429 || status.as_u16() == 503;
-                        let text = response.text().await.unwrap_or_default();
-                        shared.fail(
-                            rows,
-                            format!(
-                                "HTTP {status}: {}",
-                                text.chars().take(200).collect::<String>()
-                            ),
-                            refused,
-                        );
+                    let refused = status.as_u16() == 429 || status.as_u16() == 503;
+                    let wait = retry_after(&response).unwrap_or(backoff);
+                    let text = response.text().await.unwrap_or_default();
+                    let message = format!(
+                        "HTTP {status}: {}",
+                        text.chars().take(200).collect::<String>()
+                    );
+                    if !refused {
+                        shared.fail(rows, message);
+                        break;
                     }
-                    Err(e) => shared.fail(rows, format!("transport: {e}"), false),
+                    shared.refused.fetch_add(1, Ordering::Relaxed);
+                    if Instant::now() + wait > give_up_at {
+                        shared.fail(rows, format!("gave up after refusals: {message}"));
+                        break;
+                    }
+                    shared.note(message);
+                    tokio::time::sleep(wait).await;
+                    backoff = (backoff * 2).min(RETRY_BACKOFF_MAX);
                 }
             }
             latencies
@@ -292,6 +325,19 @@ pub async fn load(args: LoadArgs) -> Result<LoadReport> {
         report.persisted_equals_acked = Some(persisted == acked);
     }
     Ok(report)
+}
+
+/// The wait a 429/503 asks for, capped at [`RETRY_BACKOFF_MAX`].
+fn retry_after(response: &reqwest::Response) -> Option<Duration> {
+    let seconds: u64 = response
+        .headers()
+        .get("retry-after")?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_secs(seconds).min(RETRY_BACKOFF_MAX))
 }
 
 /// Counts the rows of the run's time range through the query API.

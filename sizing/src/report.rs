@@ -57,7 +57,8 @@ pub struct LoadReport {
     pub failed_rows: u64,
     /// Requests that failed.
     pub failed_requests: u64,
-    /// Requests refused with 429/503 (a subset of failed).
+    /// 429/503 answers (nothing written): each was retried after its `Retry-After`
+    /// (or a backoff) until `--retry-refused-s` ran out, only then counted as failed.
     pub refused_requests: u64,
     /// Acknowledged rows per second.
     pub rows_per_s: f64,

@@ -13,4 +13,5 @@ mod query_http;
 mod query_safety;
 mod query_values;
 mod restart;
+mod sizing;
 mod writers;
