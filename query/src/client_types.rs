@@ -2,12 +2,14 @@
 //! (see `provider`), but not every Arrow consumer reads views yet (pyarrow before 16,
 //! older Arrow JS and Go releases); results carry them as plain `Utf8`, as they did
 //! before the engine used views. Only top-level columns are views here, since nothing
-//! Quiver stores nests.
+//! Quiver stores nests. [`cast_columns`] also brings memory batches into the engine's
+//! types (`provider`).
 
 use std::sync::Arc;
 
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::error::ArrowError;
 use arrow::record_batch::RecordBatch;
 
 use crate::error::Error;
@@ -37,6 +39,15 @@ pub(crate) fn client_schema(schema: &SchemaRef) -> Option<SchemaRef> {
 
 /// `batch` in `schema` (from [`client_schema`] of the batch's own schema).
 pub(crate) fn to_client(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, Error> {
+    Ok(cast_columns(batch, schema)?)
+}
+
+/// `batch` with each column cast to the type `schema` gives it (same columns, same
+/// order); columns already of that type are shared, not copied.
+pub(crate) fn cast_columns(
+    batch: &RecordBatch,
+    schema: &SchemaRef,
+) -> Result<RecordBatch, ArrowError> {
     debug_assert_eq!(batch.num_columns(), schema.fields().len());
     let columns = batch
         .columns()
@@ -50,7 +61,7 @@ pub(crate) fn to_client(batch: &RecordBatch, schema: &SchemaRef) -> Result<Recor
             }
         })
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
+    RecordBatch::try_new(Arc::clone(schema), columns)
 }
 
 #[cfg(test)]

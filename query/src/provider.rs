@@ -26,7 +26,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use arrow::compute::cast;
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use datafusion::catalog::{Session, TableProvider};
@@ -46,6 +45,7 @@ use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::ExecutionPlan;
 use quiver_storage::{with_tags_as, ParquetFileRef, TableSnapshot};
 
+use crate::client_types::cast_columns;
 use crate::engine::STORAGE_URL;
 use crate::prune::TimeRange;
 
@@ -202,19 +202,7 @@ fn plain_strings_schema(schema: &SchemaRef) -> SchemaRef {
 
 /// A memory batch (in the storage schema) cast to the query schema.
 fn plain_strings(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
-    let columns = batch
-        .columns()
-        .iter()
-        .zip(schema.fields())
-        .map(|(column, field)| {
-            if column.data_type() == field.data_type() {
-                Ok(Arc::clone(column))
-            } else {
-                cast(column, field.data_type())
-            }
-        })
-        .collect::<std::result::Result<Vec<_>, _>>()?;
-    Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
+    Ok(cast_columns(batch, schema)?)
 }
 
 /// Spreads files over at most `groups_max` groups, balancing bytes (largest first into
