@@ -125,7 +125,24 @@ pub fn write_parquet(root: &Path, path: &str, rows: &[Row], with_temp: bool) -> 
     let full = root.join(path);
     std::fs::create_dir_all(full.parent().expect("parent")).expect("mkdir");
     let file = std::fs::File::create(&full).expect("create parquet");
-    let batch = batch(rows, with_temp);
+    let mut batch = batch(rows, with_temp);
+    // Storage records tags as plain strings (over dictionary-encoded pages) since the
+    // query engine reads them as views; older files record dictionaries. Odd hours are
+    // written the new way, so every query reads both kinds of file together.
+    let first_hour = (time_min - T0_NS).div_euclid(HOUR_NS);
+    if first_hour % 2 == 1 {
+        let plain = Arc::new(quiver_storage::with_tags_as(
+            &batch.schema(),
+            &DataType::Utf8,
+        ));
+        let columns = batch
+            .columns()
+            .iter()
+            .zip(plain.fields())
+            .map(|(c, f)| arrow::compute::cast(c, f.data_type()).expect("cast"))
+            .collect();
+        batch = RecordBatch::try_new(plain, columns).expect("plain batch");
+    }
     let mut writer = ArrowWriter::try_new(file, batch.schema(), Some(properties)).expect("writer");
     writer.write(&batch).expect("write");
     writer.close().expect("close");
