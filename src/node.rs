@@ -107,10 +107,7 @@ pub async fn serve(config: Config) -> Result<()> {
             queue_max: config.query.queue_max,
             threads: or_cores(config.query.threads, 1),
             thread_nice: config.query.thread_nice,
-            join_pairs_max: match config.query.join_pairs_max {
-                0 => u64::MAX,
-                pairs => pairs,
-            },
+            join_pairs_max: config.query.join_pairs_max,
             ..QueryConfig::default()
         },
     )

@@ -22,8 +22,10 @@ pub struct QueryConfig {
     pub queue_max: usize,
     /// Worker threads of the query runtime, which runs nothing but queries.
     pub threads: usize,
-    /// Row pairs a nested-loop or cross join may compare, by the row counts known when
-    /// it is planned; larger joins are refused (400) instead of running for minutes.
+    /// Row pairs a nested-loop or cross join may compare, by the sound row bounds known
+    /// when it is planned. Such a join can run without pausing, so a cancelled query
+    /// could not stop during it; larger joins are refused (400) instead. 0 turns the
+    /// check off.
     pub join_pairs_max: u64,
     /// Nice value (0..=19) of the query threads, so that under CPU contention the
     /// ingest path, on the main runtime at nice 0, gets most of the CPU. 0 disables it.
@@ -75,8 +77,8 @@ impl Default for QueryConfig {
 }
 
 impl QueryConfig {
-    /// The same settings with zeros (which DataFusion cannot use) raised to one and the
-    /// nice value clamped to what Linux accepts.
+    /// The same settings with zeros (which DataFusion cannot use) raised to one, a zero
+    /// join limit meaning none, and the nice value clamped to what Linux accepts.
     pub(crate) fn sanitized(mut self) -> Self {
         self.target_partitions = self.target_partitions.max(1);
         self.batch_size = self.batch_size.max(1);
@@ -86,6 +88,9 @@ impl QueryConfig {
         self.concurrency_max = self.concurrency_max.max(1);
         self.threads = self.threads.max(1);
         self.thread_nice = self.thread_nice.clamp(0, 19);
+        if self.join_pairs_max == 0 {
+            self.join_pairs_max = u64::MAX;
+        }
         self
     }
 }

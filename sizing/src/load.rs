@@ -216,7 +216,8 @@ pub async fn load(args: LoadArgs) -> Result<LoadReport> {
                     WireFormat::Lp => encode_lp_batch(&shape, &names, first, rows),
                 });
                 let sent = Instant::now();
-                let give_up_at = sent + Duration::from_secs(retry_refused_s);
+                // No end if the budget overflows the clock: retry as long as the run lasts.
+                let give_up_at = sent.checked_add(Duration::from_secs(retry_refused_s));
                 let mut backoff = RETRY_BACKOFF_FIRST;
                 loop {
                     let mut request = client
@@ -254,8 +255,13 @@ pub async fn load(args: LoadArgs) -> Result<LoadReport> {
                         break;
                     }
                     shared.refused.fetch_add(1, Ordering::Relaxed);
-                    if Instant::now() + wait > give_up_at {
+                    let resume_at = Instant::now() + wait;
+                    if give_up_at.is_some_and(|end| resume_at > end) {
                         shared.fail(rows, format!("gave up after refusals: {message}"));
+                        break;
+                    }
+                    if shared.deadline.is_some_and(|end| resume_at > end) {
+                        shared.fail(rows, format!("refused as the run ended: {message}"));
                         break;
                     }
                     shared.note(message);

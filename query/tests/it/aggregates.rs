@@ -192,3 +192,42 @@ async fn count_of_files_comes_from_catalog_row_counts() {
     let filtered = "SELECT count(*) FROM disk WHERE host = 'host-a'";
     assert_eq!(one_i64(&query(&engine, "db1", filtered).await), 120);
 }
+
+/// Tags are string views inside the engine; results, nested ones included, carry plain
+/// strings.
+#[tokio::test]
+async fn tags_leave_the_engine_as_plain_strings_even_nested() {
+    use arrow::array::{Array, AsArray};
+    use arrow::datatypes::DataType;
+
+    let fixture = Fixture::new();
+    let engine = fixture.engine();
+    let output = query(
+        &engine,
+        "db1",
+        "SELECT host, array_agg(DISTINCT region) AS regions FROM cpu GROUP BY host ORDER BY host",
+    )
+    .await;
+    assert_eq!(output.schema.field(0).data_type(), &DataType::Utf8);
+    let DataType::List(item) = output.schema.field(1).data_type() else {
+        panic!("{:?}", output.schema);
+    };
+    assert_eq!(item.data_type(), &DataType::Utf8);
+    let mut expected: BTreeMap<String, String> = BTreeMap::new();
+    for r in &fixture.cpu {
+        expected.insert(r.host.clone(), r.region.clone());
+    }
+    let mut got: BTreeMap<String, String> = BTreeMap::new();
+    for batch in &output.batches {
+        assert_eq!(batch.schema(), output.schema, "batches match the schema");
+        let hosts = batch.column(0).as_string::<i32>();
+        let regions = batch.column(1).as_list::<i32>();
+        for i in 0..batch.num_rows() {
+            let list = regions.value(i);
+            let list = list.as_string::<i32>();
+            assert_eq!(list.len(), 1, "one region per host");
+            got.insert(hosts.value(i).to_string(), list.value(0).to_string());
+        }
+    }
+    assert_eq!(got, expected);
+}

@@ -85,6 +85,24 @@ async fn huge_cross_join_is_refused_before_it_runs() {
     });
     let err = strict.execute("db1", sql).await.expect_err("refused");
     assert!(err.to_string().contains("2100 x 2100"), "{err}");
+
+    // Sides without a sound bound pass even the strict limit: DataFusion estimates a
+    // grouped aggregate at its input's 2100 rows, but it holds one row per host.
+    let sql = "SELECT count(*) FROM \
+               (SELECT host, avg(usage) AS a FROM cpu GROUP BY host) x, \
+               (SELECT host, avg(usage) AS a FROM cpu GROUP BY host) y WHERE x.a > y.a";
+    let output = query(&strict, "db1", sql).await;
+    let mut sums: std::collections::BTreeMap<&str, (f64, f64)> = Default::default();
+    for r in &fixture.cpu {
+        let e = sums.entry(r.host.as_str()).or_default();
+        *e = (e.0 + r.usage, e.1 + 1.0);
+    }
+    let avgs: Vec<f64> = sums.values().map(|(s, n)| s / n).collect();
+    let expected = avgs
+        .iter()
+        .map(|a| avgs.iter().filter(|b| a > *b).count() as i64)
+        .sum::<i64>();
+    assert_eq!(one_i64(&output), expected);
 }
 
 #[tokio::test]
