@@ -8,10 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROWS="${1:-20000000}"
 WORKERS="${2:-8}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/quiver-target}"
-# The same feature set as `cargo bench`/CI release builds, so nothing is rebuilt.
-cargo build --release --workspace --bins --benches >/dev/null
-BIN="$CARGO_TARGET_DIR/release/quiver"
+source benches/release_binary.sh
 PORT=18555
 for MODE in fsync batch none; do
   DIR=$(mktemp -d /tmp/quiver-bench.XXXXXX)

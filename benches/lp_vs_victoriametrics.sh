@@ -12,10 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROWS="${1:-5000000}"
 WORKERS="${2:-8}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/quiver-target}"
-# The same feature set as `cargo bench`/CI release builds, so nothing is rebuilt.
-cargo build --release --workspace --bins --benches >/dev/null
-BIN="$CARGO_TARGET_DIR/release/quiver"
+source benches/release_binary.sh
 VM=/usr/bin/victoria-metrics
 [ -x "$VM" ] || { echo "install victoria-metrics first: apt-get install victoria-metrics" >&2; exit 1; }
 QPORT=18556

@@ -9,10 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROWS="${1:-5000000}"
 WORKERS="${2:-8}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/quiver-target}"
-# The same feature set as `cargo bench`/CI release builds, so nothing is rebuilt.
-cargo build --release --workspace --bins --benches >/dev/null
-BIN="$CARGO_TARGET_DIR/release/quiver"
+source benches/release_binary.sh
 WORK=$(mktemp -d /tmp/quiver-repl.XXXXXX)
 PIDS=()
 trap 'kill "${PIDS[@]}" 2>/dev/null || true; rm -rf "$WORK"' EXIT

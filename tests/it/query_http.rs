@@ -151,17 +151,16 @@ async fn large_results_stream_in_the_envelope_and_as_arrow() {
     }
     let total = BATCHES as usize * ROWS;
 
-    let url = format!("{}/api/v1/query", node.url);
     let sql = json!({"sql": "SELECT time, host, seq, value FROM big"});
-    let r = node
-        .client
-        .post(&url)
-        .bearer_auth(TOKEN)
-        .header("x-arc-database", DB)
-        .json(&sql)
-        .send()
-        .await
-        .expect("sent");
+    let post = |path: &str| {
+        node.client
+            .post(format!("{}{path}", node.url))
+            .bearer_auth(TOKEN)
+            .header("x-arc-database", DB)
+            .json(&sql)
+            .send()
+    };
+    let r = post("/api/v1/query").await.expect("sent");
     assert_eq!(r.status(), 200);
     assert!(
         r.headers().get("content-length").is_none(),
@@ -193,15 +192,7 @@ async fn large_results_stream_in_the_envelope_and_as_arrow() {
         .sum();
     assert_eq!(seqs, BATCHES as u64 * (ROWS as u64 * (ROWS as u64 - 1) / 2));
 
-    let r = node
-        .client
-        .post(format!("{url}/arrow"))
-        .bearer_auth(TOKEN)
-        .header("x-arc-database", DB)
-        .json(&sql)
-        .send()
-        .await
-        .expect("sent");
+    let r = post("/api/v1/query/arrow").await.expect("sent");
     assert_eq!(r.status(), 200);
     assert_eq!(
         r.headers()

@@ -10,6 +10,10 @@ use crate::common::{Node, NodeSpec, TOKEN};
 
 const DB: &str = "sizing";
 
+/// 40,000 rows from four workers in 500-row batches: against one write slot, they meet
+/// 429s.
+const CONTENDED: &[&str] = &["--rows", "40000", "--batch-size", "500", "--workers", "4"];
+
 /// Runs the load tool against `node`; returns its exit success and JSON report.
 async fn run_load(node: &Node, args: &[&str]) -> (bool, Value) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_quiver"));
@@ -40,20 +44,7 @@ async fn refused_batches_are_retried_and_every_acked_row_is_persisted() {
     // One write at a time: four workers keep running into 429 "too many writes".
     let node =
         Node::start(NodeSpec::new(dir.path()).with("QUIVER_HTTP_WRITES_IN_FLIGHT_MAX", 1)).await;
-    let (ok, report) = run_load(
-        &node,
-        &[
-            "--measurement",
-            "retried",
-            "--rows",
-            "40000",
-            "--batch-size",
-            "500",
-            "--workers",
-            "4",
-        ],
-    )
-    .await;
+    let (ok, report) = run_load(&node, &[CONTENDED, &["--measurement", "retried"]].concat()).await;
     assert!(ok, "{report}");
     assert_eq!(report["acked_rows"], 40000, "{report}");
     assert_eq!(report["failed_rows"], 0, "{report}");
@@ -71,17 +62,10 @@ async fn refused_batches_are_retried_and_every_acked_row_is_persisted() {
     let (ok, report) = run_load(
         &node,
         &[
-            "--measurement",
-            "not_retried",
-            "--rows",
-            "40000",
-            "--batch-size",
-            "500",
-            "--workers",
-            "4",
-            "--retry-refused-s",
-            "0",
-        ],
+            CONTENDED,
+            &["--measurement", "not_retried", "--retry-refused-s", "0"],
+        ]
+        .concat(),
     )
     .await;
     assert!(ok, "{report}");
