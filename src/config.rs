@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
+/// Bytes a log entry adds around its write payload (openraft's entry, MessagePack).
+const ENTRY_ENVELOPE_BYTES: usize = 1 << 20;
+
 /// Sections a `QUIVER_<SECTION>_<KEY>` variable may name.
 const SECTIONS: [&str; 8] = [
     "http", "storage", "wal", "cluster", "raft", "query", "auth", "log",
@@ -47,6 +50,22 @@ pub struct HttpConfig {
     pub decompressed_bytes_max: usize,
     /// Write requests being decoded or replicated at once; more get 429.
     pub writes_in_flight_max: usize,
+    /// Bytes all writes in flight may hold (body, inflated body, Arrow, log entry);
+    /// more get 429. The write path's memory ceiling.
+    pub write_bytes_in_flight_max: usize,
+    /// Longest a write may wait from proposal to commit; past it, 504 (outcome unknown)
+    /// or 503 when nothing was proposed. Below Telegraf's 5 s client timeout, so a
+    /// stuck write reaches the collector as a status, not as its own timeout.
+    pub write_timeout_ms: u64,
+    /// Longest a request body may take to arrive; past it, 408.
+    pub body_timeout_ms: u64,
+    /// Longest wait for a request's headers, and for the next request on an idle
+    /// kept-alive connection.
+    pub header_timeout_ms: u64,
+    /// Connections open at once; more wait in the accept queue.
+    pub connections_max: usize,
+    /// Longest a graceful stop (SIGTERM) waits for open requests.
+    pub shutdown_timeout_ms: u64,
 }
 
 impl Default for HttpConfig {
@@ -56,6 +75,12 @@ impl Default for HttpConfig {
             body_bytes_max: 64 * 1024 * 1024,
             decompressed_bytes_max: 512 * 1024 * 1024,
             writes_in_flight_max: 256,
+            write_bytes_in_flight_max: 1024 * 1024 * 1024,
+            write_timeout_ms: 4_000,
+            body_timeout_ms: 60_000,
+            header_timeout_ms: 30_000,
+            connections_max: 1_024,
+            shutdown_timeout_ms: 30_000,
         }
     }
 }
@@ -78,6 +103,9 @@ pub struct StorageSection {
     pub parquet_zstd_level: i32,
     /// Rows per Parquet row group at most.
     pub parquet_row_group_rows_max: usize,
+    /// Below this many free bytes on the data volume, writes get 503 and flushes wait
+    /// (0 = no watermark).
+    pub free_bytes_min: u64,
 }
 
 impl Default for StorageSection {
@@ -91,6 +119,7 @@ impl Default for StorageSection {
             memory_bytes_max: d.memory_bytes_max,
             parquet_zstd_level: d.parquet.zstd_level,
             parquet_row_group_rows_max: d.parquet.row_group_rows_max,
+            free_bytes_min: 128 * 1024 * 1024,
         }
     }
 }
@@ -107,6 +136,9 @@ pub struct WalSection {
     pub sync_interval_ms: u64,
     /// Segment size before rotation.
     pub segment_bytes_max: u64,
+    /// Below this many free bytes on the WAL volume, writes get 503 before anything is
+    /// appended (0 = no watermark).
+    pub free_bytes_min: u64,
 }
 
 impl Default for WalSection {
@@ -116,6 +148,7 @@ impl Default for WalSection {
             sync: "fsync".into(),
             sync_interval_ms: 100,
             segment_bytes_max: 64 * 1024 * 1024,
+            free_bytes_min: 128 * 1024 * 1024,
         }
     }
 }
@@ -161,6 +194,13 @@ pub struct RaftSection {
     pub flush_check_interval_ms: u64,
     /// How long a write waits for a leader before 503.
     pub leader_wait_ms: u64,
+    /// Largest log entry one write may encode to; larger writes get 413 naming it.
+    pub entry_bytes_max: usize,
+    /// Most entry bytes in one AppendEntries to a follower.
+    pub replication_bytes_max: usize,
+    /// Longest one AppendEntries with entries may take (transfer and the follower's
+    /// fsync), independent of the heartbeat interval.
+    pub replication_timeout_ms: u64,
 }
 
 impl Default for RaftSection {
@@ -173,6 +213,9 @@ impl Default for RaftSection {
             snapshot_interval_ms_min: d.snapshot_interval_ms_min,
             flush_check_interval_ms: d.flush_check_interval_ms,
             leader_wait_ms: d.leader_wait_ms,
+            entry_bytes_max: 32 * 1024 * 1024,
+            replication_bytes_max: d.replication.bytes_max,
+            replication_timeout_ms: d.replication.timeout_ms,
         }
     }
 }
@@ -408,6 +451,23 @@ impl Config {
                 "http.writes_in_flight_max",
                 self.http.writes_in_flight_max as u64,
             ),
+            (
+                "http.write_bytes_in_flight_max",
+                self.http.write_bytes_in_flight_max as u64,
+            ),
+            ("http.write_timeout_ms", self.http.write_timeout_ms),
+            ("http.body_timeout_ms", self.http.body_timeout_ms),
+            ("http.header_timeout_ms", self.http.header_timeout_ms),
+            ("http.connections_max", self.http.connections_max as u64),
+            ("raft.entry_bytes_max", self.raft.entry_bytes_max as u64),
+            (
+                "raft.replication_bytes_max",
+                self.raft.replication_bytes_max as u64,
+            ),
+            (
+                "raft.replication_timeout_ms",
+                self.raft.replication_timeout_ms,
+            ),
             ("wal.segment_bytes_max", self.wal.segment_bytes_max),
             ("query.timeout_ms", self.query.timeout_ms),
             ("query.memory_bytes_max", self.query.memory_bytes_max as u64),
@@ -419,6 +479,13 @@ impl Config {
             if value == 0 {
                 bail!("{name} must be greater than 0");
             }
+        }
+        let entry_limit = quiver_wal::format::PAYLOAD_BYTES_MAX as usize - ENTRY_ENVELOPE_BYTES;
+        if self.raft.entry_bytes_max > entry_limit {
+            bail!("raft.entry_bytes_max must be at most {entry_limit} (one WAL record, less its envelope)");
+        }
+        if self.raft.entry_bytes_max > self.http.write_bytes_in_flight_max {
+            bail!("raft.entry_bytes_max must not exceed http.write_bytes_in_flight_max");
         }
         if !(0..=19).contains(&self.query.thread_nice) {
             bail!("query.thread_nice must be 0 to 19");
@@ -525,6 +592,31 @@ mod tests {
         assert_eq!(c.wal.sync, "batch");
         assert_eq!(c.http.addr, "127.0.0.1:3");
         assert_eq!(c.wal_dir(), dir.path().join("d").join("wal"));
+    }
+
+    #[test]
+    fn the_example_config_lists_every_key_with_its_default() {
+        let example: toml::Table = include_str!("../deploy/quiver.toml")
+            .parse()
+            .expect("deploy/quiver.toml parses");
+        let defaults = toml::Table::try_from(Config::default()).expect("defaults serialise");
+        for (section, keys) in &defaults {
+            let toml::Value::Table(keys) = keys else {
+                continue;
+            };
+            for (key, value) in keys {
+                let listed = example.get(section).and_then(|s| s.get(key));
+                match (section.as_str(), key.as_str()) {
+                    // Paths and secrets are examples, not defaults.
+                    ("storage", "dir") | ("cluster", "secret") | ("cluster", "peers") => {}
+                    _ => assert_eq!(
+                        listed,
+                        Some(value),
+                        "deploy/quiver.toml: {section}.{key} must be listed with its default"
+                    ),
+                }
+            }
+        }
     }
 
     #[test]

@@ -5,16 +5,16 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use axum::serve::ListenerExt;
 use quiver_query::{QueryConfig, QueryEngine};
-use quiver_raft::{RaftConfig, RaftNode};
+use quiver_raft::{RaftConfig, RaftNode, ReplicationLimits};
 use quiver_storage::{ParquetSettings, Storage, StorageConfig};
 use quiver_wal::WalConfig;
 use tokio::sync::Semaphore;
 
 use crate::auth::Auth;
 use crate::config::Config;
-use crate::http::{router, AppInner, AppState};
+use crate::http::server::{raise_open_files_limit, ServerLimits};
+use crate::http::{router, AppInner, AppState, VolumeWatch, WriteBudget};
 
 /// Runs a node until it is told to stop.
 pub async fn serve(config: Config) -> Result<()> {
@@ -70,6 +70,12 @@ pub async fn serve(config: Config) -> Result<()> {
             segment_bytes_max: config.wal.segment_bytes_max,
             ..WalConfig::default()
         },
+        write_timeout_ms: config.http.write_timeout_ms,
+        replication: ReplicationLimits {
+            bytes_max: config.raft.replication_bytes_max,
+            timeout_ms: config.raft.replication_timeout_ms,
+        },
+        data_free_bytes_min: config.storage.free_bytes_min,
         heartbeat_interval_ms: config.raft.heartbeat_interval_ms,
         election_timeout_ms_min: config.raft.election_timeout_ms_min,
         election_timeout_ms_max: config.raft.election_timeout_ms_max,
@@ -118,32 +124,79 @@ pub async fn serve(config: Config) -> Result<()> {
         query,
         auth,
         write_permits: Arc::new(Semaphore::new(config.http.writes_in_flight_max)),
+        write_budget: WriteBudget::new(config.http.write_bytes_in_flight_max),
+        wal_volume: Arc::new(VolumeWatch::new(
+            "wal.free_bytes_min",
+            config.wal_dir(),
+            config.wal.free_bytes_min,
+        )),
+        data_volume: Arc::new(VolumeWatch::new(
+            "storage.free_bytes_min",
+            data_dir.clone(),
+            config.storage.free_bytes_min,
+        )),
         config: config.clone(),
         started,
         prometheus,
     });
+    let open_files = raise_open_files_limit();
+    if (open_files as usize) < config.http.connections_max + FILES_RESERVED {
+        tracing::warn!(open_files, connections_max = config.http.connections_max,
+            "the open-files limit leaves little room beyond http.connections_max; raise LimitNOFILE");
+    }
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("http.addr {addr}: cannot listen"))?;
-    // Streamed responses end with a small final chunk written after the last data chunk;
-    // with Nagle's algorithm on, it waits for the client's delayed ACK (about 40 ms on
-    // Linux) and every query would take that long.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-        }
-    });
     tracing::info!(%addr, data_dir = %data_dir.display(), wal_dir = %config.wal_dir().display(), wal_sync = %sync, ms = started.elapsed().as_millis() as u64, "quiver is serving");
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown_signal())
+    let limits = ServerLimits {
+        connections_max: config.http.connections_max,
+        header_timeout_ms: config.http.header_timeout_ms,
+        shutdown_timeout_ms: config.http.shutdown_timeout_ms,
+    };
+    let fatal = Arc::new(tokio::sync::Notify::new());
+    let watchdog = tokio::spawn(watch_for_fatal(node.clone(), fatal.clone()));
+    let stop = async {
+        tokio::select! {
+            () = shutdown_signal() => {}
+            () = fatal.notified() => {}
+        }
+    };
+    crate::http::server::serve(listener, router(state), limits, stop)
         .await
         .context("http server")?;
-    tracing::info!("stopping: in-flight requests finished");
-    node.shutdown().await;
+    watchdog.abort();
     for task in background {
         task.abort();
     }
+    if let Some(reason) = node.fatal() {
+        // Nothing in this process can bring Raft back; a supervisor restart can.
+        anyhow::bail!("raft stopped: {reason}; exiting so that the supervisor restarts the node");
+    }
+    tracing::info!("stopping: in-flight requests finished");
+    node.shutdown().await;
     Ok(())
+}
+
+/// How often the watchdog looks at Raft's state.
+const FATAL_POLL_MS: u64 = 200;
+
+/// Descriptors kept for the node's own files (WAL segments, Parquet files being read
+/// or written, sled, snapshots) beyond the connection cap.
+const FILES_RESERVED: usize = 1_024;
+
+/// Waits until Raft stops for good (a log or state machine failure), says so, marks
+/// the node failed in `/metrics`, and wakes the server so the process exits non-zero.
+async fn watch_for_fatal(node: RaftNode, fatal: Arc<tokio::sync::Notify>) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(FATAL_POLL_MS));
+    loop {
+        tick.tick().await;
+        if let Some(reason) = node.fatal() {
+            tracing::error!(%reason, "raft stopped: the node cannot write; stopping so that it is restarted");
+            metrics::gauge!("quiver_node_failed").set(1.0);
+            fatal.notify_one();
+            return;
+        }
+    }
 }
 
 async fn shutdown_signal() {

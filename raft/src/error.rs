@@ -19,8 +19,8 @@ pub enum Error {
     Raft(String),
 }
 
-/// Why a proposal was not committed. Nothing of it was applied, except for
-/// [`WriteError::Unknown`].
+/// Why a proposal was not committed. Nothing of it was appended to the log, except
+/// for [`WriteError::Unknown`], whose outcome nobody can know yet.
 #[derive(Debug, Clone, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum WriteError {
     /// This node does not lead; the leader, if known, is named.
@@ -32,8 +32,9 @@ pub enum WriteError {
     /// The cluster cannot commit right now (no quorum, shutting down, storage failed).
     #[error("unavailable: {0}")]
     Unavailable(String),
-    /// The request reached the leader but its answer was lost (connection broken or
-    /// timed out): it may or may not have been applied. Never retried automatically.
+    /// The entry may have been appended (the leader's answer was lost, the proposal
+    /// passed its deadline, or Raft stopped after accepting it): it may or may not be
+    /// committed later. Never retried automatically; clients get 504.
     #[error("outcome unknown: {0}")]
     Unknown(String),
 }

@@ -27,6 +27,7 @@ pub async fn fetch_file(
 ) -> Result<(), PeerError> {
     let protocol = |message: String| PeerError::Protocol {
         addr: addr.to_string(),
+        status: None,
         message,
     };
     let response = client

@@ -38,8 +38,15 @@ pub enum LeaderRequest {
 /// The leader's answer.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum LeaderAnswer {
-    /// A write's result.
-    Written(CommandResult),
+    /// A write's result and the index of its entry: a follower that forwarded the
+    /// write waits until it has applied that index before it answers its client, so the
+    /// client's next local read there sees the write.
+    Committed {
+        /// What applying the entry produced.
+        result: CommandResult,
+        /// The entry's log index.
+        index: u64,
+    },
     /// The read index (`None` on an empty log).
     ReadIndex(Option<u64>),
     /// The membership change is committed.

@@ -22,14 +22,15 @@ mod peer_client;
 mod snapshot_file;
 mod state_machine;
 mod types;
+mod vote_barrier;
 
 pub use command::{Command, CommandResult, FlushCommand, TablePayload, WriteCommand};
 pub use error::{Error, WriteError};
 pub use file_transfer::{is_servable_path, FILES_PATH};
 pub use forward::{LeaderAnswer, LeaderRequest, FORWARD_PATH};
 pub use log_store::LogStore;
-pub use network::{paths as raft_paths, HttpNetworkFactory, HttpPeer};
-pub use node::{RaftConfig, RaftNode};
+pub use network::{paths as raft_paths, HttpNetworkFactory, HttpPeer, ReplicationLimits};
+pub use node::{PeerState, RaftConfig, RaftNode, PEER_STATE_PATH};
 pub use peer_client::{
     base_url, secret_matches, PeerClient, PeerError, INTERNAL_CONTENT_TYPE, SECRET_HEADER,
 };

@@ -4,26 +4,49 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse};
 use openraft::{BasicNode, ChangeMembers, ServerState, SnapshotPolicy};
 use quiver_storage::Storage;
 use quiver_wal::{Wal, WalConfig};
+use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 
 use crate::command::{Command, CommandResult, FlushCommand, WriteCommand};
 use crate::error::{Error, WriteError};
 use crate::forward::{LeaderAnswer, LeaderRequest, FORWARD_PATH};
 use crate::log_store::LogStore;
-use crate::network::HttpNetworkFactory;
+use crate::network::{HttpNetworkFactory, ReplicationLimits};
 use crate::peer_client::{PeerClient, PeerError};
 use crate::state_machine::StateMachine;
-use crate::types::{NodeId, Raft};
+use crate::types::{NodeId, Raft, TypeConfig};
+use crate::vote_barrier::VoteBarrier;
 
 /// Longest wait between two attempts to write a frozen segment after a failure.
 const PERSIST_RETRY_MS_MAX: u64 = 5_000;
+/// A leader that has not heard from a quorum for this many maximal election timeouts
+/// is treated as cut off: it refuses writes (503) and reports itself unready.
+const QUORUM_LOST_ELECTIONS: u64 = 3;
+/// Time a forwarded request may take beyond its deadline, for the trip to the leader.
+const FORWARD_MARGIN_MS: u64 = 2_000;
+/// Least time a follower waits to apply a write it forwarded, even past the deadline.
+const APPLY_WAIT_MS_MIN: u64 = 100;
+/// Deadline of membership changes (a learner may need a snapshot first).
+const MEMBERSHIP_TIMEOUT_MS: u64 = 120_000;
+/// Where a peer's [`PeerState`] is read.
+pub const PEER_STATE_PATH: &str = "/internal/state";
+/// How long a starting node waits for a peer's state.
+const BOOTSTRAP_PROBE_TIMEOUT_MS: u64 = 1_000;
+/// Pause between two rounds of asking the peers.
+const BOOTSTRAP_PROBE_INTERVAL_MS: u64 = 250;
+/// A forming node logs that it still waits every this many rounds.
+const BOOTSTRAP_LOG_EVERY_ROUNDS: u64 = 40;
+/// How often a flush waiting for disk space checks again.
+const DISK_RECHECK_MS: u64 = 500;
 
 /// Settings of the Raft layer (the `[raft]` and `[wal]` sections).
 #[derive(Debug, Clone)]
@@ -53,6 +76,14 @@ pub struct RaftConfig {
     pub secret: String,
     /// How long a write waits for a leader to exist before it is refused with 503.
     pub leader_wait_ms: u64,
+    /// Longest a write may take from proposal to commit (leader wait included); past
+    /// it the client gets 504 (outcome unknown), or 503 if nothing was proposed yet.
+    pub write_timeout_ms: u64,
+    /// How entries travel to followers.
+    pub replication: ReplicationLimits,
+    /// Below this many free bytes on the data volume, segments wait in memory instead
+    /// of being written (`storage.free_bytes_min`); they are written once space returns.
+    pub data_free_bytes_min: u64,
 }
 
 impl Default for RaftConfig {
@@ -70,6 +101,9 @@ impl Default for RaftConfig {
             peers: Vec::new(),
             secret: String::new(),
             leader_wait_ms: 3_000,
+            write_timeout_ms: 4_000,
+            replication: ReplicationLimits::default(),
+            data_free_bytes_min: 0,
         }
     }
 }
@@ -85,7 +119,23 @@ pub struct RaftNode {
     pub log: LogStore,
     /// Calls to peers (forwarding, file transfer).
     pub peers: PeerClient,
+    barrier: Arc<VoteBarrier>,
+    bootstrap_pending: Arc<AtomicBool>,
     config: Arc<RaftConfig>,
+}
+
+/// What a node tells a peer that starts with an empty log (`GET /internal/state`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PeerState {
+    /// The node answering.
+    pub node_id: NodeId,
+    /// Whether it belongs to an initialised cluster.
+    pub initialized: bool,
+    /// The last index in its log; past 0 the cluster has more than its first
+    /// membership entry, so it is not forming any more.
+    pub last_log_index: Option<u64>,
+    /// The voters it knows.
+    pub voters: Vec<NodeId>,
 }
 
 impl RaftNode {
@@ -121,54 +171,108 @@ impl RaftNode {
         let raft = Raft::new(
             config.node_id,
             Arc::new(raft_config),
-            HttpNetworkFactory::new(config.node_id, peers.clone()),
+            HttpNetworkFactory::new(config.node_id, peers.clone(), config.replication),
             log.clone(),
             sm,
         )
         .await
         .map_err(|e| Error::Raft(e.to_string()))?;
+        let barrier = Arc::new(VoteBarrier::load(&wal_dir).map_err(|e| Error::Wal(e.to_string()))?);
+        let initialized = raft
+            .is_initialized()
+            .await
+            .map_err(|e| Error::Raft(e.to_string()))?;
         let joining =
             !config.peers.is_empty() && !config.peers.iter().any(|(id, _)| *id == config.node_id);
+        let mut bootstrap_pending = false;
         if joining {
             tracing::info!(
                 node_id = config.node_id,
                 "not in cluster.peers: waiting to be added (quiver cluster add-learner)"
             );
-        } else if !raft
-            .is_initialized()
-            .await
-            .map_err(|e| Error::Raft(e.to_string()))?
-        {
+        } else if !initialized && config.peers.is_empty() {
             let mut members = BTreeMap::new();
-            if config.peers.is_empty() {
-                members.insert(
-                    config.node_id,
-                    BasicNode::new(config.advertise_addr.clone()),
-                );
-                tracing::info!(
-                    node_id = config.node_id,
-                    "initialising a new single-voter cluster"
-                );
-            } else {
-                for (id, addr) in &config.peers {
-                    members.insert(*id, BasicNode::new(addr.clone()));
-                }
-                tracing::info!(node_id = config.node_id, voters = ?members.keys().collect::<Vec<_>>(),
-                    "initialising the static voter set from cluster.peers");
-            }
-            // Every node of a static set calls this with the same members: each writes the
-            // same first membership entry, so they form one cluster whichever starts first.
+            members.insert(
+                config.node_id,
+                BasicNode::new(config.advertise_addr.clone()),
+            );
+            tracing::info!(
+                node_id = config.node_id,
+                "initialising a new single-voter cluster"
+            );
             if let Err(e) = raft.initialize(members).await {
                 tracing::warn!(error = %e, "initialise skipped");
             }
+        } else if !initialized {
+            // An empty log in a static voter set: either the cluster is forming, or this
+            // node lost its data. Until the peers tell which, it must not vote.
+            barrier.close().map_err(|e| Error::Wal(e.to_string()))?;
+            bootstrap_pending = true;
+        }
+        if let Some(reason) = barrier.refusal() {
+            tracing::warn!(node_id = config.node_id, "{reason}");
         }
         Ok(RaftNode {
             raft,
             storage,
             log,
             peers,
+            barrier,
+            bootstrap_pending: Arc::new(AtomicBool::new(bootstrap_pending)),
             config: Arc::new(config),
         })
+    }
+
+    /// Whether this node may grant a vote now (see [`VoteBarrier`]).
+    pub fn may_vote(&self) -> Result<(), String> {
+        match self.barrier.refusal() {
+            Some(reason) => {
+                metrics::counter!("quiver_votes_refused_total").increment(1);
+                Err(reason)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// This node's state for a peer deciding how to start.
+    pub fn peer_state(&self) -> PeerState {
+        let m = self.raft.metrics().borrow().clone();
+        let voters: Vec<NodeId> = m.membership_config.membership().voter_ids().collect();
+        PeerState {
+            node_id: self.config.node_id,
+            initialized: !voters.is_empty(),
+            last_log_index: m.last_log_index,
+            voters,
+        }
+    }
+
+    /// Takes an AppendEntries from the leader (the `/internal/raft/append` handler): the
+    /// vote barrier learns the leader's commit index and opens once the log reaches it.
+    pub async fn append_entries(
+        &self,
+        request: AppendEntriesRequest<TypeConfig>,
+    ) -> Result<AppendEntriesResponse<NodeId>, openraft::error::RaftError<NodeId>> {
+        let leader_term = request.vote.leader_id().term;
+        let leader_commit = request.leader_commit.map(|l| (l.leader_id.term, l.index));
+        if let Err(e) = self
+            .barrier
+            .observe_leader_commit(leader_term, leader_commit)
+        {
+            tracing::warn!(error = %e, "cannot record the vote barrier's target");
+        }
+        let response = self.raft.append_entries(request).await;
+        if response.is_ok() {
+            let last = self.raft.metrics().borrow().last_log_index;
+            match self.barrier.observe_log(last) {
+                Ok(true) => tracing::info!(
+                    last_log_index = ?last,
+                    "caught up with the cluster: this node votes again"
+                ),
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, "cannot open the vote barrier"),
+            }
+        }
+        response
     }
 
     /// This node's id.
@@ -181,32 +285,100 @@ impl RaftNode {
         self.raft.metrics().borrow().state == ServerState::Leader
     }
 
-    /// Whether a leader is known and this node has applied everything that was
-    /// committed before it started (the `/ready` condition).
-    pub fn is_ready(&self) -> bool {
+    /// Why this node cannot serve writes now, or `None` when it can (the `/ready`
+    /// answer): Raft stopped (a storage or log failure), the log is still being
+    /// replayed, no leader is known, or this node leads without hearing from a quorum.
+    pub fn unready_reason(&self) -> Option<String> {
         let m = self.raft.metrics().borrow().clone();
-        let replayed = match self.log.committed_at_open() {
-            Some(target) => m.last_applied.is_some_and(|l| l.index >= target),
-            None => true,
-        };
-        m.current_leader.is_some() && replayed
+        if let Err(fatal) = &m.running_state {
+            return Some(format!("raft stopped: {fatal}"));
+        }
+        if let Some(target) = self.log.committed_at_open() {
+            let applied = m.last_applied.map(|l| l.index);
+            if applied.is_none_or(|a| a < target) {
+                return Some(format!(
+                    "replaying the log: applied {} of {target}",
+                    applied.unwrap_or(0)
+                ));
+            }
+        }
+        match m.current_leader {
+            None if self.bootstrap_pending.load(Ordering::Relaxed) => {
+                Some("forming the cluster: waiting for a majority of cluster.peers".to_string())
+            }
+            None => Some("no leader known".to_string()),
+            Some(leader) if leader == m.id => self.quorum_lost(&m),
+            Some(_) => None,
+        }
+    }
+
+    /// The fatal error that stopped Raft, if it stopped: nothing in this process can
+    /// recover from it, so the node exits and its supervisor restarts it.
+    pub fn fatal(&self) -> Option<String> {
+        self.raft
+            .metrics()
+            .borrow()
+            .running_state
+            .as_ref()
+            .err()
+            .map(|f| f.to_string())
+    }
+
+    /// On a leader: why it cannot commit, when no quorum has acknowledged it for longer
+    /// than an election would take. openraft 0.9 leaders do not step down by themselves.
+    fn quorum_lost(&self, m: &openraft::RaftMetrics<NodeId, BasicNode>) -> Option<String> {
+        let voters = m.membership_config.membership().voter_ids().count();
+        if voters <= 1 {
+            return None;
+        }
+        let limit_ms = self.config.election_timeout_ms_max * QUORUM_LOST_ELECTIONS;
+        match m.millis_since_quorum_ack {
+            Some(ms) if ms > limit_ms => Some(format!(
+                "leading without a quorum: last acknowledged {ms} ms ago"
+            )),
+            _ => None,
+        }
     }
 
     /// Proposes rows and waits until they are committed and applied, on whichever node
-    /// leads (forwarded when it is not this one).
+    /// leads (forwarded when it is not this one), within `write_timeout_ms`. Once the
+    /// leader answers, this node also waits until it has applied the entry itself, so a
+    /// local read here right after sees the write (read-your-writes through a follower).
     pub async fn write(&self, command: WriteCommand) -> Result<CommandResult, WriteError> {
-        match self.on_leader(LeaderRequest::Write(command)).await? {
-            LeaderAnswer::Written(result) => Ok(result),
-            other => Err(WriteError::Unavailable(format!(
-                "unexpected answer {other:?}"
-            ))),
+        let deadline = Instant::now() + Duration::from_millis(self.config.write_timeout_ms);
+        let (result, index) = match self
+            .on_leader(LeaderRequest::Write(command), deadline)
+            .await?
+        {
+            LeaderAnswer::Committed { result, index } => (result, index),
+            other => return Err(WriteError::Unknown(format!("unexpected answer {other:?}"))),
+        };
+        let wait = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(APPLY_WAIT_MS_MIN));
+        if self
+            .raft
+            .wait(Some(wait))
+            .applied_index_at_least(Some(index), "forwarded write applied here")
+            .await
+            .is_err()
+        {
+            // Committed all the same: answering an error would make the client write it
+            // twice. The read-your-writes promise is what slipped; count it.
+            metrics::counter!("quiver_write_visibility_waits_expired_total").increment(1);
+            tracing::warn!(
+                index,
+                "a committed write was not yet applied on this node at its deadline"
+            );
         }
+        Ok(result)
     }
 
     /// Waits until this node has applied everything committed when the call began, as
     /// the leader confirms it: a read after this sees every write acknowledged before.
     pub async fn read_barrier(&self) -> Result<(), WriteError> {
-        let index = match self.on_leader(LeaderRequest::ReadIndex).await? {
+        let deadline = Instant::now() + Duration::from_millis(self.config.write_timeout_ms);
+        let index = match self.on_leader(LeaderRequest::ReadIndex, deadline).await? {
             LeaderAnswer::ReadIndex(index) => index,
             other => {
                 return Err(WriteError::Unavailable(format!(
@@ -224,9 +396,12 @@ impl RaftNode {
 
     /// Adds a learner; it starts receiving the log (or a snapshot) at once.
     pub async fn add_learner(&self, node_id: NodeId, addr: String) -> Result<(), WriteError> {
-        self.on_leader(LeaderRequest::AddLearner { node_id, addr })
-            .await
-            .map(|_| ())
+        self.on_leader(
+            LeaderRequest::AddLearner { node_id, addr },
+            self.membership_deadline(),
+        )
+        .await
+        .map(|_| ())
     }
 
     /// Promotes learners to voters and removes members.
@@ -235,9 +410,17 @@ impl RaftNode {
         add: BTreeSet<NodeId>,
         remove: BTreeSet<NodeId>,
     ) -> Result<(), WriteError> {
-        self.on_leader(LeaderRequest::ChangeVoters { add, remove })
-            .await
-            .map(|_| ())
+        self.on_leader(
+            LeaderRequest::ChangeVoters { add, remove },
+            self.membership_deadline(),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Membership changes wait for a learner to catch up: they get a long deadline.
+    fn membership_deadline(&self) -> Instant {
+        Instant::now() + Duration::from_millis(MEMBERSHIP_TIMEOUT_MS)
     }
 
     /// The address of a member, from the current membership.
@@ -253,23 +436,30 @@ impl RaftNode {
 
     /// Runs `request` on the leader: here when this node leads, else forwarded. While
     /// no leader is known, or the one asked says it no longer leads (so nothing was
-    /// done), waits and tries again until `leader_wait_ms` has passed.
-    async fn on_leader(&self, request: LeaderRequest) -> Result<LeaderAnswer, WriteError> {
-        let deadline = Instant::now() + Duration::from_millis(self.config.leader_wait_ms);
+    /// done), waits and tries again until `leader_wait_ms` (or `deadline`) has passed.
+    async fn on_leader(
+        &self,
+        request: LeaderRequest,
+        deadline: Instant,
+    ) -> Result<LeaderAnswer, WriteError> {
+        let leader_deadline =
+            deadline.min(Instant::now() + Duration::from_millis(self.config.leader_wait_ms));
         loop {
             let leader = self.raft.metrics().borrow().current_leader;
             let result = match leader {
-                Some(id) if id == self.config.node_id => self.serve_leader(request.clone()).await,
+                Some(id) if id == self.config.node_id => {
+                    self.serve_leader_until(request.clone(), deadline).await
+                }
                 Some(id) => match self.member_addr(id) {
-                    Some(addr) => self.forward(&addr, &request).await,
+                    Some(addr) => self.forward(&addr, &request, deadline).await,
                     None => Err(WriteError::NotLeader { leader: None }),
                 },
                 None => Err(WriteError::NotLeader { leader: None }),
             };
             match result {
-                Err(WriteError::NotLeader { leader }) if Instant::now() < deadline => {
+                Err(WriteError::NotLeader { leader }) if Instant::now() < leader_deadline => {
                     metrics::counter!("quiver_leader_retries_total").increment(1);
-                    let wait = deadline.saturating_duration_since(Instant::now());
+                    let wait = leader_deadline.saturating_duration_since(Instant::now());
                     // Wake on the next metrics change (a new leader), or after a beat.
                     let _ = self
                         .raft
@@ -289,8 +479,11 @@ impl RaftNode {
         &self,
         addr: &str,
         request: &LeaderRequest,
+        deadline: Instant,
     ) -> Result<LeaderAnswer, WriteError> {
-        let timeout = Duration::from_millis(self.config.leader_wait_ms.max(1_000) * 10);
+        // The leader holds the request to the same deadline; the margin covers the trip.
+        let timeout = deadline.saturating_duration_since(Instant::now())
+            + Duration::from_millis(FORWARD_MARGIN_MS);
         let answer: Result<Result<LeaderAnswer, WriteError>, PeerError> =
             self.peers.call(addr, FORWARD_PATH, request, timeout).await;
         metrics::counter!("quiver_forwarded_total").increment(1);
@@ -298,19 +491,37 @@ impl RaftNode {
             Ok(result) => result,
             // Never reached the leader: as good as "not the leader", so it is retried.
             Err(PeerError::Refused { .. }) => Err(WriteError::NotLeader { leader: None }),
-            Err(e @ PeerError::Protocol { .. }) => Err(WriteError::Unavailable(e.to_string())),
+            // The leader refused the call before acting on it (wrong secret, bad request).
+            Err(e @ PeerError::Protocol { .. }) if e.refused_before_acting() => {
+                Err(WriteError::Unavailable(e.to_string()))
+            }
             Err(e) => Err(WriteError::Unknown(e.to_string())),
         }
     }
 
-    /// Serves a request as the leader (the `/internal/forward` handler calls this). A
-    /// node that does not lead answers `NotLeader` and does nothing.
+    /// Serves a request as the leader (the `/internal/forward` handler calls this) within
+    /// `write_timeout_ms`. A node that does not lead answers `NotLeader` and does nothing.
     pub async fn serve_leader(&self, request: LeaderRequest) -> Result<LeaderAnswer, WriteError> {
+        let deadline = Instant::now() + Duration::from_millis(self.config.write_timeout_ms);
+        self.serve_leader_until(request, deadline).await
+    }
+
+    async fn serve_leader_until(
+        &self,
+        request: LeaderRequest,
+        deadline: Instant,
+    ) -> Result<LeaderAnswer, WriteError> {
         match request {
-            LeaderRequest::Write(command) => self
-                .propose(Command::Write(command))
-                .await
-                .map(LeaderAnswer::Written),
+            LeaderRequest::Write(command) => {
+                let m = self.raft.metrics().borrow().clone();
+                if let Some(reason) = self.quorum_lost(&m) {
+                    // Refused before anything is appended: a true 503.
+                    return Err(WriteError::Unavailable(reason));
+                }
+                self.propose_until(Command::Write(command), deadline)
+                    .await
+                    .map(|(result, index)| LeaderAnswer::Committed { result, index })
+            }
             LeaderRequest::ReadIndex => match self.raft.ensure_linearizable().await {
                 Ok(read) => Ok(LeaderAnswer::ReadIndex(read.map(|l| l.index))),
                 Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
@@ -345,19 +556,132 @@ impl RaftNode {
     }
 
     async fn propose(&self, command: Command) -> Result<CommandResult, WriteError> {
-        self.raft
-            .client_write(command)
+        let deadline = Instant::now() + Duration::from_millis(self.config.write_timeout_ms);
+        self.propose_until(command, deadline)
             .await
-            .map(|response| response.data)
-            .map_err(client_write_error)
+            .map(|(result, _)| result)
+    }
+
+    /// Proposes `command` and waits for its commit and apply until `deadline`. Past the
+    /// deadline, or when Raft stops after taking the entry, the outcome is unknown
+    /// (the entry may be in the log and be committed later); a Raft already stopped
+    /// when the call began appended nothing.
+    async fn propose_until(
+        &self,
+        command: Command,
+        deadline: Instant,
+    ) -> Result<(CommandResult, u64), WriteError> {
+        if let Some(fatal) = self.fatal() {
+            return Err(WriteError::Unavailable(format!("raft stopped: {fatal}")));
+        }
+        let budget = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(budget, self.raft.client_write(command)).await {
+            Ok(Ok(response)) => Ok((response.data, response.log_id.index)),
+            Ok(Err(RaftError::Fatal(e))) => Err(WriteError::Unknown(format!(
+                "raft stopped while the entry was pending: {e}"
+            ))),
+            Ok(Err(e)) => Err(client_write_error(e)),
+            Err(_) => {
+                metrics::counter!("quiver_write_deadlines_expired_total").increment(1);
+                Err(WriteError::Unknown(format!(
+                    "not committed within http.write_timeout_ms ({} ms); it may still be",
+                    self.config.write_timeout_ms
+                )))
+            }
+        }
     }
 
     /// Starts the background duties; they end when Raft shuts down.
     pub fn spawn_background(&self) -> Vec<JoinHandle<()>> {
-        vec![
+        let mut tasks = vec![
             tokio::spawn(self.clone().persist_loop()),
             tokio::spawn(self.clone().flush_policy_loop()),
-        ]
+        ];
+        if self.bootstrap_pending.load(Ordering::Relaxed) {
+            tasks.push(tokio::spawn(self.clone().bootstrap_loop()));
+        }
+        tasks
+    }
+
+    /// A node of a static voter set that starts with an empty log asks its peers what
+    /// they hold. If the cluster already has entries, this node lost its data or joins
+    /// late: it does not initialise, and it votes only after catching up (its vote
+    /// barrier stays closed until a leader has brought it up to date). If a majority of
+    /// the set (itself included) is reachable and none has more than the first
+    /// membership entry, the cluster is forming: it opens its barrier and initialises.
+    async fn bootstrap_loop(self) {
+        let mut rounds: u64 = 0;
+        loop {
+            rounds += 1;
+            let mut fresh = 1usize; // this node
+            let mut existing: Option<PeerState> = None;
+            let others = self
+                .config
+                .peers
+                .iter()
+                .filter(|(id, _)| *id != self.config.node_id);
+            for (id, addr) in others {
+                let timeout = Duration::from_millis(BOOTSTRAP_PROBE_TIMEOUT_MS);
+                let answer: Result<PeerState, PeerError> =
+                    self.peers.get(addr, PEER_STATE_PATH, timeout).await;
+                match answer {
+                    Ok(state) if state.last_log_index.is_some_and(|l| l > 0) => {
+                        existing = Some(state);
+                        break;
+                    }
+                    Ok(_) => fresh += 1,
+                    Err(e) => tracing::debug!(peer = id, error = %e, "peer not reachable yet"),
+                }
+            }
+            if let Some(state) = existing {
+                tracing::warn!(
+                    node_id = self.config.node_id,
+                    peer = state.node_id,
+                    peer_last_log_index = ?state.last_log_index,
+                    member = state.voters.contains(&self.config.node_id),
+                    "this node's log is empty but the cluster already holds entries (its data \
+                     was lost, or it started late): not initialising; it will not vote until \
+                     a leader has brought it up to date"
+                );
+                self.bootstrap_pending.store(false, Ordering::Relaxed);
+                return;
+            }
+            let majority = self.config.peers.len() / 2 + 1;
+            if fresh >= majority {
+                match self.barrier.open() {
+                    Err(e) => tracing::error!(error = %e, "cannot open the vote barrier; retrying"),
+                    Ok(()) => {
+                        let members: BTreeMap<NodeId, BasicNode> = self
+                            .config
+                            .peers
+                            .iter()
+                            .map(|(id, addr)| (*id, BasicNode::new(addr.clone())))
+                            .collect();
+                        tracing::info!(node_id = self.config.node_id, voters = ?members.keys().collect::<Vec<_>>(),
+                            "initialising the static voter set from cluster.peers");
+                        // Every node of a forming set calls this with the same members:
+                        // each writes the same first membership entry, so they form one
+                        // cluster whichever starts first.
+                        if let Err(e) = self.raft.initialize(members).await {
+                            tracing::info!(error = %e, "initialise skipped");
+                        }
+                        self.bootstrap_pending.store(false, Ordering::Relaxed);
+                        return;
+                    }
+                }
+            }
+            if rounds % BOOTSTRAP_LOG_EVERY_ROUNDS == 0 {
+                tracing::info!(
+                    reachable_fresh = fresh,
+                    majority,
+                    "waiting for a majority of cluster.peers to form the cluster"
+                );
+            }
+            if self.raft.metrics().borrow().running_state.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(BOOTSTRAP_PROBE_INTERVAL_MS)).await;
+        }
     }
 
     /// Writes frozen segments as Parquet, retrying failures with backoff (the segment
@@ -368,7 +692,23 @@ impl RaftNode {
         let mut last_snapshot = Instant::now();
         let mut persisted_since_snapshot = false;
         let snapshot_gap = Duration::from_millis(self.config.snapshot_interval_ms_min);
+        let mut disk_low_logged = false;
         loop {
+            if let Some(free) = self.data_volume_low() {
+                if !disk_low_logged {
+                    tracing::warn!(free_bytes = free, free_bytes_min = self.config.data_free_bytes_min,
+                        "data volume below storage.free_bytes_min: segments stay in memory until space returns");
+                    disk_low_logged = true;
+                }
+                metrics::gauge!("quiver_flush_waiting_for_disk").set(1.0);
+                tokio::time::sleep(Duration::from_millis(DISK_RECHECK_MS)).await;
+                continue;
+            }
+            if disk_low_logged {
+                tracing::info!("data volume has room again: writing segments");
+                disk_low_logged = false;
+                metrics::gauge!("quiver_flush_waiting_for_disk").set(0.0);
+            }
             match self.storage.persist_next().await {
                 Ok(true) => {
                     retry_ms = 100;
@@ -401,6 +741,15 @@ impl RaftNode {
                 _ = tokio::time::sleep(wait.max(Duration::from_millis(10))) => {}
             }
         }
+    }
+
+    /// Free bytes of the data volume when below `data_free_bytes_min`.
+    fn data_volume_low(&self) -> Option<u64> {
+        if self.config.data_free_bytes_min == 0 {
+            return None;
+        }
+        let free = fs2::available_space(&self.storage.config().dir).ok()?;
+        (free < self.config.data_free_bytes_min).then_some(free)
     }
 
     /// On the leader, proposes a flush entry whenever a buffer passes a threshold.

@@ -49,9 +49,27 @@ pub enum PeerError {
     Protocol {
         /// The peer's address.
         addr: String,
+        /// The HTTP status of the answer, when the peer sent one.
+        status: Option<u16>,
         /// What went wrong.
         message: String,
     },
+}
+
+impl PeerError {
+    /// Whether the peer provably did nothing with the request: it never arrived, or the
+    /// peer refused it before acting (authentication, an undecodable or oversized
+    /// request, an unknown path). Anything else may have been acted on.
+    pub fn refused_before_acting(&self) -> bool {
+        match self {
+            PeerError::Refused { .. } => true,
+            PeerError::Protocol {
+                status: Some(status),
+                ..
+            } => matches!(status, 400 | 401 | 403 | 404 | 405 | 413 | 415),
+            _ => false,
+        }
+    }
 }
 
 /// A client for `/internal/` calls. Cheap to clone.
@@ -86,6 +104,52 @@ impl PeerClient {
         &self.secret
     }
 
+    /// GETs `addr` + `path` and decodes the MessagePack answer.
+    pub async fn get<Resp: DeserializeOwned>(
+        &self,
+        addr: &str,
+        path: &str,
+        timeout: Duration,
+    ) -> Result<Resp, PeerError> {
+        let response = self
+            .http
+            .get(format!("{}{path}", base_url(addr)))
+            .header(SECRET_HEADER, &*self.secret)
+            .timeout(timeout)
+            .send()
+            .await
+            .map_err(|e| transport_error(addr, timeout, e))?;
+        self.decode_answer(addr, timeout, response).await
+    }
+
+    async fn decode_answer<Resp: DeserializeOwned>(
+        &self,
+        addr: &str,
+        timeout: Duration,
+        response: reqwest::Response,
+    ) -> Result<Resp, PeerError> {
+        let status = response.status();
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| transport_error(addr, timeout, e))?;
+        if !status.is_success() {
+            return Err(PeerError::Protocol {
+                addr: addr.to_string(),
+                status: Some(status.as_u16()),
+                message: format!(
+                    "HTTP {status}: {}",
+                    String::from_utf8_lossy(&bytes[..bytes.len().min(300)])
+                ),
+            });
+        }
+        rmp_serde::from_slice(&bytes).map_err(|e| PeerError::Protocol {
+            addr: addr.to_string(),
+            status: Some(status.as_u16()),
+            message: format!("decoding the answer: {e}"),
+        })
+    }
+
     /// POSTs `request` to `addr` + `path` and decodes the answer.
     pub async fn call<Req: Serialize, Resp: DeserializeOwned>(
         &self,
@@ -96,6 +160,7 @@ impl PeerClient {
     ) -> Result<Resp, PeerError> {
         let body = rmp_serde::to_vec_named(request).map_err(|e| PeerError::Protocol {
             addr: addr.to_string(),
+            status: None,
             message: format!("encoding the request: {e}"),
         })?;
         let response = self
@@ -108,24 +173,7 @@ impl PeerClient {
             .send()
             .await
             .map_err(|e| transport_error(addr, timeout, e))?;
-        let status = response.status();
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| transport_error(addr, timeout, e))?;
-        if !status.is_success() {
-            return Err(PeerError::Protocol {
-                addr: addr.to_string(),
-                message: format!(
-                    "HTTP {status}: {}",
-                    String::from_utf8_lossy(&bytes[..bytes.len().min(300)])
-                ),
-            });
-        }
-        rmp_serde::from_slice(&bytes).map_err(|e| PeerError::Protocol {
-            addr: addr.to_string(),
-            message: format!("decoding the answer: {e}"),
-        })
+        self.decode_answer(addr, timeout, response).await
     }
 }
 

@@ -3,31 +3,53 @@
 //! are enforced while streaming, so a compression bomb is refused before it inflates.
 
 use std::io::Read;
+use std::time::Instant;
 
 use axum::body::Body;
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, StatusCode};
 use bytes::Bytes;
 use futures::StreamExt;
 
+use super::admission::{charge_error, Charge, WriteBudget};
 use super::error::ApiError;
 
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 
-/// Reads the whole body, refusing more than `bytes_max` (413) as it arrives.
+/// The `Content-Length` a client declared, if any.
+pub fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+}
+
+/// Whether the client waits for `100 Continue` before sending its body.
+pub fn expects_continue(headers: &HeaderMap) -> bool {
+    headers
+        .get("expect")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("100-continue"))
+}
+
+/// Reads the whole body, refusing more than `bytes_max` (413) as it arrives and a body
+/// still incomplete at `deadline` (408). Bytes beyond what `charge` already covers
+/// (a body without `Content-Length`) are charged to `budget` as they arrive.
 pub async fn read_limited(
     body: Body,
     headers: &HeaderMap,
     bytes_max: usize,
+    deadline: Instant,
+    budget: &WriteBudget,
+    charge: &mut Charge,
 ) -> Result<Bytes, ApiError> {
-    let declared = headers
-        .get("content-length")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let declared = declared_length(headers);
     if declared.is_some_and(|n| n > bytes_max as u64) {
-        return Err(ApiError::too_large(format!(
+        let error = ApiError::too_large(format!(
             "request body exceeds http.body_bytes_max ({bytes_max} bytes)"
-        )));
+        ));
+        discard_body(body, bytes_max, deadline).await;
+        return Err(error);
     }
     let mut out = Vec::with_capacity(
         declared
@@ -36,17 +58,62 @@ pub async fn read_limited(
             .min(bytes_max),
     );
     let mut stream = body.into_data_stream();
-    while let Some(chunk) = stream.next().await {
+    loop {
+        let next = match tokio::time::timeout_at(deadline.into(), stream.next()).await {
+            Ok(next) => next,
+            Err(_) => {
+                return Err(ApiError::with_status(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "the request body did not arrive within http.body_timeout_ms",
+                ))
+            }
+        };
+        let Some(chunk) = next else { break };
         let chunk = chunk
             .map_err(|e| ApiError::bad_request(format!("reading the request body failed: {e}")))?;
-        if out.len() + chunk.len() > bytes_max {
-            return Err(ApiError::too_large(format!(
+        let refusal = if out.len() + chunk.len() > bytes_max {
+            Some(ApiError::too_large(format!(
                 "request body exceeds http.body_bytes_max ({bytes_max} bytes)"
-            )));
+            )))
+        } else {
+            out.extend_from_slice(&chunk);
+            let covered = u64::from(charge.kib()) * 1024;
+            if out.len() as u64 > covered {
+                budget
+                    .try_charge(charge, out.len() - covered as usize)
+                    .err()
+                    .map(charge_error)
+            } else {
+                None
+            }
+        };
+        if let Some(refusal) = refusal {
+            drop(out);
+            discard_stream(&mut stream, bytes_max, deadline).await;
+            return Err(refusal);
         }
-        out.extend_from_slice(&chunk);
     }
     Ok(Bytes::from(out))
+}
+
+/// Reads and throws away up to `bytes_max` of a body (until `deadline`), so that a
+/// refusal sent afterwards reaches a client that was still sending.
+pub async fn discard_body(body: Body, bytes_max: usize, deadline: Instant) {
+    discard_stream(&mut body.into_data_stream(), bytes_max, deadline).await;
+}
+
+async fn discard_stream(
+    stream: &mut axum::body::BodyDataStream,
+    bytes_max: usize,
+    deadline: Instant,
+) {
+    let mut seen = 0usize;
+    while seen <= bytes_max {
+        match tokio::time::timeout_at(deadline.into(), stream.next()).await {
+            Ok(Some(Ok(chunk))) => seen += chunk.len(),
+            _ => return,
+        }
+    }
 }
 
 /// Decompresses gzip or zstd bodies (by `Content-Encoding` or magic bytes), refusing

@@ -1,8 +1,10 @@
 //! `/internal/`: node-to-node traffic on the public port — Raft RPCs, requests forwarded
-//! to the leader, and Parquet files for snapshot catch-up. Every call must present the
-//! shared cluster secret; a node without one refuses all of them.
+//! to the leader, this node's log state for a starting peer, and Parquet files for
+//! snapshot catch-up. Mounted only on a node with a cluster secret; every call must
+//! present it, and it is checked before a byte of the body is read. Bodies are bounded
+//! per route (a vote is tiny, an AppendEntries holds at most one WAL record's worth).
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -14,10 +16,43 @@ use quiver_raft::{
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::admission::{Charge, ChargeRefused};
 use super::AppState;
 
 /// A refused internal call: status and reason.
 type Refusal = (StatusCode, String);
+
+/// Largest vote or state request.
+const SMALL_BODY_BYTES_MAX: usize = 64 * 1024;
+/// Room for framing around the payload of a bounded request.
+const ENVELOPE_BYTES: usize = 1 << 20;
+/// Largest snapshot chunk (openraft's `snapshot_max_chunk_size` default is 3 MiB).
+const SNAPSHOT_CHUNK_BYTES_MAX: usize = 3 << 20;
+
+/// Largest AppendEntries body: the replication batch, or one entry of the largest size
+/// the WAL can hold (entries older than `raft.entry_bytes_max` may be that large).
+fn append_body_bytes_max(app: &AppState) -> usize {
+    let one_entry = quiver_wal::format::PAYLOAD_BYTES_MAX as usize;
+    app.config.raft.replication_bytes_max.max(one_entry) + ENVELOPE_BYTES
+}
+
+/// Checks the secret, then reads at most `bytes_max` of the body and decodes it.
+async fn authorized_body<T: DeserializeOwned>(
+    app: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+    bytes_max: usize,
+) -> Result<T, Response> {
+    authorized(app, headers).map_err(IntoResponse::into_response)?;
+    let bytes = axum::body::to_bytes(body, bytes_max).await.map_err(|e| {
+        (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("internal request body over {bytes_max} bytes or unreadable: {e}"),
+        )
+            .into_response()
+    })?;
+    decode(&bytes).map_err(IntoResponse::into_response)
+}
 
 fn authorized(app: &AppState, headers: &HeaderMap) -> Result<(), Refusal> {
     let presented = headers
@@ -60,52 +95,79 @@ fn encode<T: Serialize>(value: &T) -> Response {
 }
 
 /// `POST /internal/raft/append`.
-pub async fn append(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Err(r) = authorized(&app, &headers) {
-        return r.into_response();
-    }
-    let request: AppendEntriesRequest<TypeConfig> = match decode(&body) {
-        Ok(r) => r,
-        Err(r) => return r.into_response(),
-    };
-    encode(&app.node.raft.append_entries(request).await)
+pub async fn append(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let bytes_max = append_body_bytes_max(&app);
+    let request: AppendEntriesRequest<TypeConfig> =
+        match authorized_body(&app, &headers, body, bytes_max).await {
+            Ok(r) => r,
+            Err(response) => return response,
+        };
+    encode(&app.node.append_entries(request).await)
 }
 
-/// `POST /internal/raft/vote`.
-pub async fn vote(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Err(r) = authorized(&app, &headers) {
-        return r.into_response();
+/// `POST /internal/raft/vote`. A node whose log was lost refuses to vote until it is
+/// part of the cluster again (see `RaftNode::may_vote`).
+pub async fn vote(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let request: VoteRequest<u64> =
+        match authorized_body(&app, &headers, body, SMALL_BODY_BYTES_MAX).await {
+            Ok(r) => r,
+            Err(response) => return response,
+        };
+    if let Err(reason) = app.node.may_vote() {
+        return (StatusCode::SERVICE_UNAVAILABLE, reason).into_response();
     }
-    let request: VoteRequest<u64> = match decode(&body) {
-        Ok(r) => r,
-        Err(r) => return r.into_response(),
-    };
     encode(&app.node.raft.vote(request).await)
 }
 
 /// `POST /internal/raft/snapshot`: one chunk of a snapshot.
-pub async fn snapshot(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Err(r) = authorized(&app, &headers) {
-        return r.into_response();
-    }
-    let request: InstallSnapshotRequest<TypeConfig> = match decode(&body) {
+pub async fn snapshot(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let request: InstallSnapshotRequest<TypeConfig> = match authorized_body(
+        &app,
+        &headers,
+        body,
+        SNAPSHOT_CHUNK_BYTES_MAX + ENVELOPE_BYTES,
+    )
+    .await
+    {
         Ok(r) => r,
-        Err(r) => return r.into_response(),
+        Err(response) => return response,
     };
     encode(&app.node.raft.install_snapshot(request).await)
 }
 
-/// `POST /internal/forward`: a follower's request for the leader.
-pub async fn forward(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+/// `POST /internal/forward`: a follower's request for the leader. A forwarded write
+/// holds its bytes against this node's write budget too, like a write sent here.
+pub async fn forward(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let bytes_max = app.config.raft.entry_bytes_max + ENVELOPE_BYTES;
+    let request: LeaderRequest = match authorized_body(&app, &headers, body, bytes_max).await {
+        Ok(r) => r,
+        Err(response) => return response,
+    };
+    let mut charge = Charge::default();
+    if let LeaderRequest::Write(command) = &request {
+        if let Err(refused) = app.write_budget.try_charge(&mut charge, command.bytes()) {
+            let reason = match refused {
+                ChargeRefused::Busy => "the leader's write budget is in use; retry later".to_string(),
+                ChargeRefused::TooLarge { bytes, bytes_max } => format!(
+                    "the write needs {bytes} bytes, more than the leader's http.write_bytes_in_flight_max ({bytes_max})"
+                ),
+            };
+            let answer: Result<LeaderAnswer, WriteError> = Err(WriteError::Unavailable(reason));
+            return encode(&answer);
+        }
+    }
+    let answer: Result<LeaderAnswer, WriteError> = app.node.serve_leader(request).await;
+    drop(charge);
+    encode(&answer)
+}
+
+/// `GET /internal/state`: whether this node belongs to an initialised cluster and who
+/// its voters are; a peer starting with an empty log asks before it bootstraps.
+pub async fn state(State(app): State<AppState>, headers: HeaderMap) -> Response {
     if let Err(r) = authorized(&app, &headers) {
         return r.into_response();
     }
-    let request: LeaderRequest = match decode(&body) {
-        Ok(r) => r,
-        Err(r) => return r.into_response(),
-    };
-    let answer: Result<LeaderAnswer, WriteError> = app.node.serve_leader(request).await;
-    encode(&answer)
+    encode(&app.node.peer_state())
 }
 
 /// `GET /internal/files/{path}`: a Parquet file, streamed.

@@ -1,23 +1,21 @@
 //! Line-protocol writes: InfluxDB 1.x `/write`, 2.x `/api/v2/write`, 3.x
 //! `/api/v3/write_lp`, and Arc's `/api/v1/write/line-protocol`.
 //!
-//! admit → decompress and parse on a blocking thread (valid lines become Arrow batches,
-//! invalid ones are listed with their line numbers) → drop rows whose field type
-//! conflicts with the stored schema, naming the line and column → propose the valid
-//! rows → 204, or 400 listing what was rejected. With `accept_partial=false` any
-//! rejected line means nothing is written.
+//! Their decode step for the write pipeline (`write.rs`): valid lines become Arrow
+//! batches, invalid ones are listed with their line numbers, rows whose field type
+//! conflicts with the stored schema are dropped naming the line and column. The
+//! pipeline writes the valid rows and answers 204, or 400 listing what was rejected;
+//! with `accept_partial=false` any rejected line means nothing is written.
 
 use std::collections::HashMap;
 
 use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
-use quiver_raft::WriteCommand;
 use quiver_storage::{fill_excerpts, parse_line_protocol_for, reject_conflicting_rows, Precision};
 
-use super::body::decompress;
 use super::error::{ApiError, RejectedLine, REJECTED_LISTED_MAX};
-use super::ingest::{admit, database_of, now_ns, propose};
+use super::write::{database_of, now_ns, write, Decoded, Format};
 use super::AppState;
 
 /// Which dialect of the endpoint: decides the precision spellings and defaults.
@@ -120,56 +118,38 @@ async fn handle(
     // `no_sync` asks to be acknowledged before the WAL is durable. Quiver always waits:
     // the flag is accepted and ignored, so the answer is never weaker than promised.
     flag(&params, "no_sync", false)?;
-    let admitted = admit(&app, &headers, &params, body).await?;
-    let decompressed_bytes_max = app.config.http.decompressed_bytes_max;
     let storage = app.storage.clone();
     let db = database.clone();
-    let raw = admitted.body.clone();
-    let prepared = tokio::task::spawn_blocking(
-        move || -> Result<(Option<WriteCommand>, Vec<RejectedLine>, usize), ApiError> {
-            let payload = decompress(raw, &headers, decompressed_bytes_max)?;
-            let stored = |measurement: &str| storage.schema_of(&db, measurement);
-            let parsed = parse_line_protocol_for(&payload, precision, now_ns(), &stored);
-            let mut rejected = parsed.rejected;
-            let tables = reject_conflicting_rows(&storage, &db, parsed.tables, &mut rejected)
-                .map_err(|e| ApiError::internal(e.to_string()))?;
-            fill_excerpts(&payload, &mut rejected, REJECTED_LISTED_MAX);
-            let rejected: Vec<RejectedLine> = rejected
-                .into_iter()
-                .map(|r| RejectedLine {
-                    line: r.line,
-                    error: r.error,
-                    text: r.text,
-                })
-                .collect();
-            if tables.is_empty() || (!accept_partial && !rejected.is_empty()) {
-                return Ok((None, rejected, parsed.lines_total));
-            }
-            let command = WriteCommand::encode(&db, &tables)
-                .map_err(|e| ApiError::internal(e.to_string()))?;
-            Ok((Some(command), rejected, parsed.lines_total))
-        },
+    let decode = Box::new(move |payload: bytes::Bytes| {
+        let stored = |measurement: &str| storage.schema_of(&db, measurement);
+        let parsed = parse_line_protocol_for(&payload, precision, now_ns(), &stored);
+        let mut rejected = parsed.rejected;
+        let tables = reject_conflicting_rows(&storage, &db, parsed.tables, &mut rejected)
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        fill_excerpts(&payload, &mut rejected, REJECTED_LISTED_MAX);
+        let rejected = rejected
+            .into_iter()
+            .map(|r| RejectedLine {
+                line: r.line,
+                error: r.error,
+                text: r.text,
+            })
+            .collect();
+        Ok(Decoded {
+            tables,
+            rejected,
+            lines_total: parsed.lines_total,
+            accept_partial,
+        })
+    });
+    write(
+        &app,
+        database,
+        Format::LineProtocol,
+        &params,
+        headers,
+        body,
+        decode,
     )
     .await
-    .map_err(|e| ApiError::internal(format!("parser task failed: {e}")))??;
-    let (command, rejected, lines_total) = prepared;
-    if let Some(command) = command {
-        let rows = command.rows();
-        propose(&app, command).await?;
-        metrics::counter!("quiver_rows_written_total", "format" => "line_protocol").increment(rows);
-    }
-    drop(admitted);
-    if rejected.is_empty() {
-        return Ok(StatusCode::NO_CONTENT);
-    }
-    metrics::counter!("quiver_lines_rejected_total").increment(rejected.len() as u64);
-    let message = if accept_partial {
-        format!(
-            "partial write: {} of {lines_total} lines rejected",
-            rejected.len()
-        )
-    } else {
-        format!("write refused: {} of {lines_total} lines invalid; nothing was written (accept_partial=false)", rejected.len())
-    };
-    Err(ApiError::partial(message, rejected))
 }

@@ -1,10 +1,10 @@
 //! The HTTP API (API.md): one file per group of endpoints, this one wires the router.
 
+mod admission;
 mod body;
 mod cluster;
 mod digest;
 mod error;
-mod ingest;
 mod internal;
 mod line_protocol;
 mod msgpack;
@@ -12,6 +12,10 @@ mod ops;
 mod query;
 mod query_response;
 mod query_sql;
+pub mod server;
+mod write;
+
+pub use admission::{VolumeWatch, WriteBudget};
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -45,6 +49,13 @@ pub struct AppInner {
     pub config: Config,
     /// Bounds writes in flight (429 beyond).
     pub write_permits: Arc<Semaphore>,
+    /// Bounds the bytes writes in flight hold (429 beyond).
+    pub write_budget: WriteBudget,
+    /// Free space of the WAL volume (writes wait below `wal.free_bytes_min`).
+    pub wal_volume: Arc<VolumeWatch>,
+    /// Free space of the data volume (writes and flushes wait below
+    /// `storage.free_bytes_min`).
+    pub data_volume: Arc<VolumeWatch>,
     /// Start time, for `/health`.
     pub started: Instant,
     /// Renders `/metrics`.
@@ -65,12 +76,11 @@ impl AppState {
     }
 }
 
-/// Largest `/internal/` request body.
-const INTERNAL_BODY_BYTES_MAX: usize = 1 << 30;
-
-/// The router of every public endpoint.
+/// The router of every endpoint. `/internal/` exists only on a node with a cluster
+/// secret: without one no peer could call it anyway.
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let clustered = !state.config.cluster.secret.is_empty();
+    let public = Router::new()
         .route("/health", get(ops::health))
         .route("/ready", get(ops::ready))
         .route("/metrics", get(ops::metrics))
@@ -97,21 +107,23 @@ pub fn router(state: AppState) -> Router {
             post(cluster::cluster_add_learner),
         )
         .route("/api/v1/cluster/promote", post(cluster::cluster_promote))
-        .route("/api/v1/cluster/remove", post(cluster::cluster_remove))
-        .merge(internal_router())
-        .with_state(state)
+        .route("/api/v1/cluster/remove", post(cluster::cluster_remove));
+    let routes = if clustered {
+        public.merge(internal_router())
+    } else {
+        public
+    };
+    routes.with_state(state)
 }
 
-/// `/internal/`: peers only (cluster secret). Raft batches can be larger than a client
-/// request, so these routes take up to [`INTERNAL_BODY_BYTES_MAX`].
+/// `/internal/`: peers only. Each handler checks the cluster secret before it reads a
+/// byte of the body, and reads at most `internal.rs`'s bound.
 fn internal_router() -> Router<AppState> {
     Router::new()
         .route(quiver_raft::raft_paths::APPEND, post(internal::append))
         .route(quiver_raft::raft_paths::VOTE, post(internal::vote))
         .route(quiver_raft::raft_paths::SNAPSHOT, post(internal::snapshot))
         .route(quiver_raft::FORWARD_PATH, post(internal::forward))
+        .route("/internal/state", get(internal::state))
         .route("/internal/files/{*path}", get(internal::file))
-        .layer(axum::extract::DefaultBodyLimit::max(
-            INTERNAL_BODY_BYTES_MAX,
-        ))
 }

@@ -1,19 +1,16 @@
-//! `POST /api/v1/write/msgpack`: Arc's MessagePack, columnar or rows.
-//!
-//! admit → decompress and decode into Arrow on a blocking thread → check the schema →
-//! encode the Raft command → propose → 204. MessagePack errors reject the whole request.
+//! `POST /api/v1/write/msgpack`: Arc's MessagePack, columnar or rows. Its decode step
+//! for the write pipeline (`write.rs`): MessagePack → Arrow, integers widened to stored
+//! float columns, the schema checked. Any error refuses the whole request.
 
 use std::collections::HashMap;
 
 use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
-use quiver_raft::WriteCommand;
 use quiver_storage::widen_integers_to_stored;
 
-use super::body::decompress;
 use super::error::ApiError;
-use super::ingest::{admit, database_of, now_ns, propose};
+use super::write::{database_of, now_ns, write, Decoded, Format};
 use super::AppState;
 
 /// Handles `POST /api/v1/write/msgpack`.
@@ -24,13 +21,9 @@ pub async fn write_msgpack(
     body: Body,
 ) -> Result<StatusCode, ApiError> {
     let database = database_of(&headers, &params)?;
-    let admitted = admit(&app, &headers, &params, body).await?;
-    let decompressed_bytes_max = app.config.http.decompressed_bytes_max;
     let storage = app.storage.clone();
     let db = database.clone();
-    let raw = admitted.body.clone();
-    let command = tokio::task::spawn_blocking(move || -> Result<WriteCommand, ApiError> {
-        let payload = decompress(raw, &headers, decompressed_bytes_max)?;
+    let decode = Box::new(move |payload: bytes::Bytes| {
         let tables = quiver_storage::decode_msgpack(&payload, now_ns())
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
         let tables = tables
@@ -47,13 +40,21 @@ pub async fn write_msgpack(
         storage
             .check_write(&db, &tables)
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
-        WriteCommand::encode(&db, &tables).map_err(|e| ApiError::internal(e.to_string()))
-    })
+        Ok(Decoded {
+            tables,
+            rejected: Vec::new(),
+            lines_total: 0,
+            accept_partial: false,
+        })
+    });
+    write(
+        &app,
+        database,
+        Format::MsgPack,
+        &params,
+        headers,
+        body,
+        decode,
+    )
     .await
-    .map_err(|e| ApiError::internal(format!("decoder task failed: {e}")))??;
-    let rows = command.rows();
-    propose(&app, command).await?;
-    drop(admitted);
-    metrics::counter!("quiver_rows_written_total", "format" => "msgpack").increment(rows);
-    Ok(StatusCode::NO_CONTENT)
 }

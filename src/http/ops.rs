@@ -13,13 +13,21 @@ use super::error::ApiError;
 use super::AppState;
 use crate::auth::Permission;
 
-/// `GET /health`: the process is up.
-pub async fn health(State(app): State<AppState>) -> Json<Value> {
-    Json(json!({
-        "status": "ok",
-        "uptime_sec": app.started.elapsed().as_secs(),
-        "version": env!("CARGO_PKG_VERSION"),
-    }))
+/// `GET /health`: the process is up and Raft runs (liveness). 503 once Raft has
+/// stopped for good: the node is about to exit so that its supervisor restarts it.
+pub async fn health(State(app): State<AppState>) -> Response {
+    let uptime_sec = app.started.elapsed().as_secs();
+    let version = env!("CARGO_PKG_VERSION");
+    match app.node.fatal() {
+        None => Json(json!({"status": "ok", "uptime_sec": uptime_sec, "version": version}))
+            .into_response(),
+        Some(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "failed", "success": false, "error": format!("raft stopped: {reason}"),
+                        "uptime_sec": uptime_sec, "version": version})),
+        )
+            .into_response(),
+    }
 }
 
 /// `GET|HEAD /ping`: InfluxDB clients check liveness here.
@@ -32,14 +40,26 @@ pub async fn ping() -> Response {
     r
 }
 
-/// `GET /ready`: 200 once the log is replayed and a leader is known.
+/// `GET /ready`: 200 when this node can take writes: Raft runs, the log is replayed,
+/// a leader with a quorum is known, and both volumes are above their free-space
+/// watermarks. Otherwise 503 with the reason (readiness: take it out of rotation).
 pub async fn ready(State(app): State<AppState>) -> Response {
-    if app.node.is_ready() {
-        (StatusCode::OK, Json(json!({"status": "ready"}))).into_response()
-    } else {
-        let mut r = (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": "not ready", "success": false, "error": "replaying the log or no leader yet"}))).into_response();
-        r.headers_mut().insert(header::RETRY_AFTER, 1.into());
-        r
+    let reason = app
+        .node
+        .unready_reason()
+        .or_else(|| app.wal_volume.low())
+        .or_else(|| app.data_volume.low());
+    match reason {
+        None => (StatusCode::OK, Json(json!({"status": "ready"}))).into_response(),
+        Some(reason) => {
+            let mut r = (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({"status": "not ready", "success": false, "error": reason})),
+            )
+                .into_response();
+            r.headers_mut().insert(header::RETRY_AFTER, 1.into());
+            r
+        }
     }
 }
 

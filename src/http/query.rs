@@ -12,8 +12,8 @@ use quiver_query::encode::Format;
 use serde::Deserialize;
 
 use super::error::ApiError;
-use super::ingest::database_of;
 use super::query_response::stream_query;
+use super::write::database_of;
 use super::AppState;
 use crate::auth::Permission;
 

@@ -121,6 +121,36 @@ impl Node {
         status.code()
     }
 
+    /// Waits (polling, up to `timeout`) for the process to exit by itself; returns its
+    /// exit code (`None` for a signal), or panics with the log tail at the deadline.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        let deadline = Instant::now() + timeout;
+        let child = self.child.as_mut().expect("the node was started");
+        loop {
+            if let Some(status) = child.try_wait().expect("poll the node process") {
+                self.child = None;
+                return status.code();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node still running after {timeout:?}; log:\n{}",
+                self.log_tail()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Starts the process again without waiting for it to be ready.
+    pub fn respawn(&mut self) {
+        self.kill();
+        self.child = Some(spawn_child(&self.spec));
+    }
+
     /// Sends a signal (`STOP`, `CONT`, ...) to the process.
     pub fn signal(&self, signal: &str) {
         if let Some(child) = &self.child {

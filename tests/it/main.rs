@@ -3,9 +3,13 @@
 
 mod catalog_rebuild;
 mod cluster;
+mod cluster_hardening;
+mod cluster_support;
 mod common;
 mod config_errors;
 mod crash;
+mod disk_full;
+mod hardening;
 mod ingest;
 mod line_protocol;
 mod query_functions;

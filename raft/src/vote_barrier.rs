@@ -1,0 +1,168 @@
+//! Whether this node may grant votes: a node that starts with an empty log inside an
+//! existing cluster must not, until it holds every committed entry again.
+//!
+//! A voter whose data directory was lost comes back with no log and no vote. Were it
+//! to vote at once, it could help elect a candidate that lacks entries it had itself
+//! acknowledged (the majority that committed them included its old self), and those
+//! acknowledged writes would be lost. So the barrier closes when a node finds itself
+//! with an empty log in a cluster that already has entries, and opens only once a
+//! leader has told it a commit index *of the leader's own term* and its log reaches
+//! that index: an entry of the current term being committed means every earlier
+//! committed entry precedes it, so the node then holds all of them. The node still
+//! accepts entries (and counts towards commits) meanwhile; only its vote waits.
+//!
+//! The closed state is persisted (`raft-vote-barrier` beside the log), so a node that
+//! crashes while catching up, with a partial log, does not come back as a full voter.
+
+use std::path::{Path, PathBuf};
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use crate::durable_file::{read_durable, write_durable, DurableFileError};
+
+const BARRIER_FILE: &str = "raft-vote-barrier";
+
+/// The persisted state of a closed barrier.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Closed {
+    /// The log index to reach, once a leader has named one.
+    catch_up_to: Option<u64>,
+}
+
+/// See the module documentation.
+pub struct VoteBarrier {
+    path: PathBuf,
+    closed: Mutex<Option<Closed>>,
+}
+
+impl VoteBarrier {
+    /// Loads the barrier from the log directory (open unless a closed one was saved).
+    pub fn load(dir: &Path) -> Result<VoteBarrier, DurableFileError> {
+        let path = dir.join(BARRIER_FILE);
+        let closed: Option<Closed> = read_durable(&path)?;
+        Ok(VoteBarrier {
+            path,
+            closed: Mutex::new(closed),
+        })
+    }
+
+    /// Closes the barrier, durably: this node may not vote until it has caught up.
+    pub fn close(&self) -> Result<(), DurableFileError> {
+        let mut closed = self.closed.lock();
+        let state = closed.unwrap_or_default();
+        write_durable(&self.path, &state, true)?;
+        *closed = Some(state);
+        Ok(())
+    }
+
+    /// Opens the barrier: a fresh cluster is forming, or this node has caught up.
+    pub fn open(&self) -> Result<(), DurableFileError> {
+        let mut closed = self.closed.lock();
+        if closed.is_none() {
+            return Ok(());
+        }
+        match std::fs::remove_file(&self.path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(DurableFileError::Io {
+                    path: self.path.display().to_string(),
+                    source,
+                })
+            }
+        }
+        if let Some(dir) = self.path.parent() {
+            std::fs::File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|source| DurableFileError::Io {
+                    path: dir.display().to_string(),
+                    source,
+                })?;
+        }
+        *closed = None;
+        Ok(())
+    }
+
+    /// Whether votes are refused, and why.
+    pub fn refusal(&self) -> Option<String> {
+        self.closed.lock().map(|c| match c.catch_up_to {
+            Some(index) => format!(
+                "this node started with an empty log in an existing cluster; it votes again once its log reaches index {index}"
+            ),
+            None => "this node started with an empty log in an existing cluster; it votes again once a leader has brought it up to date".to_string(),
+        })
+    }
+
+    /// Called with each AppendEntries a leader sends: a commit index of the leader's own
+    /// term becomes the index to reach. Returns true when the barrier just learned it.
+    pub fn observe_leader_commit(
+        &self,
+        leader_term: u64,
+        leader_commit: Option<(u64, u64)>,
+    ) -> Result<bool, DurableFileError> {
+        let mut closed = self.closed.lock();
+        let Some(state) = closed.as_mut() else {
+            return Ok(false);
+        };
+        if state.catch_up_to.is_some() {
+            return Ok(false);
+        }
+        match leader_commit {
+            Some((term, index)) if term == leader_term => {
+                let next = Closed {
+                    catch_up_to: Some(index),
+                };
+                write_durable(&self.path, &next, true)?;
+                *state = next;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Called after entries were appended: opens the barrier once the log reaches the
+    /// index to reach. Returns true when it opened.
+    pub fn observe_log(&self, last_log_index: Option<u64>) -> Result<bool, DurableFileError> {
+        let reached = {
+            let closed = self.closed.lock();
+            match (*closed, last_log_index) {
+                (
+                    Some(Closed {
+                        catch_up_to: Some(target),
+                    }),
+                    Some(last),
+                ) => last >= target,
+                _ => false,
+            }
+        };
+        if reached {
+            self.open()?;
+        }
+        Ok(reached)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_closed_barrier_survives_a_restart_and_opens_only_at_a_current_term_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let barrier = VoteBarrier::load(dir.path()).unwrap();
+        assert!(barrier.refusal().is_none());
+        barrier.close().unwrap();
+        assert!(barrier.refusal().is_some());
+        // A commit index of an older term does not count.
+        assert!(!barrier.observe_leader_commit(5, Some((4, 90))).unwrap());
+        assert!(!barrier.observe_log(Some(200)).unwrap());
+        assert!(barrier.observe_leader_commit(5, Some((5, 120))).unwrap());
+        let reloaded = VoteBarrier::load(dir.path()).unwrap();
+        assert!(reloaded.refusal().unwrap().contains("120"));
+        assert!(!reloaded.observe_log(Some(119)).unwrap());
+        assert!(reloaded.observe_log(Some(120)).unwrap());
+        assert!(reloaded.refusal().is_none());
+        assert!(VoteBarrier::load(dir.path()).unwrap().refusal().is_none());
+    }
+}

@@ -1,0 +1,215 @@
+//! The write pipeline every ingest endpoint shares; only the decode step depends on the
+//! format (MessagePack in `msgpack.rs`, line protocol in `line_protocol.rs`).
+//!
+//! A write, from handler to 204, in the files that do the work:
+//!
+//! 1. `admission.rs`: token, node health, writes in flight, buffer memory, free disk
+//!    and the byte budget; a refusal is 429/503 with `Retry-After`, sent after the body
+//!    is drained so it reaches the client;
+//! 2. `body.rs`: the body within `http.body_bytes_max` and `http.body_timeout_ms`, then
+//!    gzip/zstd within `http.decompressed_bytes_max`;
+//! 3. `msgpack.rs` / `line_protocol.rs` → quiver-storage: decode into Arrow batches,
+//!    validated against the stored schema (on a blocking thread);
+//! 4. here: the batches become one log command of at most `raft.entry_bytes_max`
+//!    (`quiver_raft::WriteCommand`, Arrow IPC);
+//! 5. `raft/src/node.rs` `RaftNode::write`: proposed on the leader (forwarded when this
+//!    node follows) within `http.write_timeout_ms`;
+//! 6. `raft/src/log_store.rs` → `wal/src/writer.rs`: appended and fdatasynced (group
+//!    commit) on a majority;
+//! 7. `raft/src/state_machine.rs` → `storage/src/store.rs` `apply_write`: the rows join
+//!    the table's live buffer, visible to queries;
+//! 8. back here: 204, or 400 listing the rejected lines of a partial write.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use arrow::record_batch::RecordBatch;
+use axum::body::Body;
+use axum::http::{HeaderMap, StatusCode};
+use bytes::Bytes;
+use quiver_raft::{CommandResult, WriteCommand, WriteError};
+
+use super::admission::{admit, charge_error, RETRY_AFTER_S};
+use super::body::{decompress, read_limited};
+use super::error::{ApiError, RejectedLine};
+use super::AppState;
+
+/// What a format's decode step produced from one body.
+pub struct Decoded {
+    /// Rows per measurement, validated against the stored schemas.
+    pub tables: Vec<(String, RecordBatch)>,
+    /// Lines refused (line protocol only), in line order.
+    pub rejected: Vec<RejectedLine>,
+    /// Lines in the body (line protocol only), for the partial-write message.
+    pub lines_total: usize,
+    /// Whether the valid rows are written when some lines were refused.
+    pub accept_partial: bool,
+}
+
+/// A format's decode step: the decompressed body in, validated batches out. Runs on a
+/// blocking thread.
+pub type DecodeStep = Box<dyn FnOnce(Bytes) -> Result<Decoded, ApiError> + Send>;
+
+/// Which counter a write's rows are added to.
+#[derive(Debug, Clone, Copy)]
+pub enum Format {
+    /// Arc's MessagePack.
+    MsgPack,
+    /// InfluxDB line protocol.
+    LineProtocol,
+}
+
+impl Format {
+    fn label(self) -> &'static str {
+        match self {
+            Format::MsgPack => "msgpack",
+            Format::LineProtocol => "line_protocol",
+        }
+    }
+}
+
+/// Runs one write through the pipeline (see the module documentation).
+pub async fn write(
+    app: &AppState,
+    database: String,
+    format: Format,
+    params: &HashMap<String, String>,
+    headers: HeaderMap,
+    body: Body,
+    decode: DecodeStep,
+) -> Result<StatusCode, ApiError> {
+    let mut body = Some(body);
+    let mut admitted = admit(app, &headers, params, &mut body).await?;
+    let Some(body) = body else {
+        return Err(ApiError::internal("request body already taken"));
+    };
+    let http = &app.config.http;
+    let deadline = Instant::now() + Duration::from_millis(http.body_timeout_ms);
+    let raw = read_limited(
+        body,
+        &headers,
+        http.body_bytes_max,
+        deadline,
+        &app.write_budget,
+        &mut admitted.charge,
+    )
+    .await?;
+    let decompressed_bytes_max = http.decompressed_bytes_max;
+    let entry_bytes_max = app.config.raft.entry_bytes_max;
+    let budget = app.write_budget.clone();
+    let mut charge = std::mem::take(&mut admitted.charge);
+    let (command, rejected, lines_total, accept_partial, charge) =
+        tokio::task::spawn_blocking(move || {
+            let payload = decompress(raw.clone(), &headers, decompressed_bytes_max)?;
+            if payload.len() != raw.len() {
+                budget
+                    .try_charge(&mut charge, payload.len())
+                    .map_err(charge_error)?;
+            }
+            drop(raw);
+            let decoded = decode(payload)?;
+            let decoded_bytes: usize = decoded
+                .tables
+                .iter()
+                .map(|(_, b)| b.get_array_memory_size())
+                .sum();
+            budget
+                .try_charge(&mut charge, decoded_bytes)
+                .map_err(charge_error)?;
+            let refuse_all = !decoded.accept_partial && !decoded.rejected.is_empty();
+            let command = if decoded.tables.is_empty() || refuse_all {
+                None
+            } else {
+                let command = WriteCommand::encode(&database, &decoded.tables)
+                    .map_err(|e| ApiError::internal(e.to_string()))?;
+                if command.bytes() > entry_bytes_max {
+                    return Err(ApiError::too_large(format!(
+                        "this write encodes to {} bytes, more than one log entry may hold (raft.entry_bytes_max = {entry_bytes_max}); send fewer rows per request",
+                        command.bytes()
+                    )));
+                }
+                budget
+                    .try_charge(&mut charge, command.bytes())
+                    .map_err(charge_error)?;
+                Some(command)
+            };
+            Ok::<_, ApiError>((
+                command,
+                decoded.rejected,
+                decoded.lines_total,
+                decoded.accept_partial,
+                charge,
+            ))
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("decoder task failed: {e}")))??;
+    if let Some(command) = command {
+        let rows = command.rows();
+        propose(app, command).await?;
+        metrics::counter!("quiver_rows_written_total", "format" => format.label()).increment(rows);
+    }
+    drop(charge);
+    drop(admitted);
+    if rejected.is_empty() {
+        return Ok(StatusCode::NO_CONTENT);
+    }
+    metrics::counter!("quiver_lines_rejected_total").increment(rejected.len() as u64);
+    let message = if accept_partial {
+        format!(
+            "partial write: {} of {lines_total} lines rejected",
+            rejected.len()
+        )
+    } else {
+        format!("write refused: {} of {lines_total} lines invalid; nothing was written (accept_partial=false)", rejected.len())
+    };
+    Err(ApiError::partial(message, rejected))
+}
+
+/// Server time for rows that carry none.
+pub fn now_ns() -> i64 {
+    chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX)
+}
+
+/// The database a write or query addresses: `x-arc-database`, then `db`, then
+/// `bucket`, then `default`.
+pub fn database_of(
+    headers: &HeaderMap,
+    params: &HashMap<String, String>,
+) -> Result<String, ApiError> {
+    let db = headers
+        .get("x-arc-database")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+        .or_else(|| params.get("db").cloned())
+        .or_else(|| params.get("bucket").cloned())
+        .unwrap_or_else(|| "default".to_string());
+    quiver_storage::validate_database_name(&db)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    Ok(db)
+}
+
+/// Proposes a decoded write and waits for it to be committed and applied.
+async fn propose(app: &AppState, command: WriteCommand) -> Result<(), ApiError> {
+    match app.node.write(command).await {
+        Ok(CommandResult::Written { .. }) => Ok(()),
+        Ok(CommandResult::Rejected { message }) => Err(ApiError::bad_request(message)),
+        Ok(other) => Err(ApiError::internal(format!(
+            "unexpected apply result {other:?}"
+        ))),
+        Err(WriteError::NotLeader { leader }) => Err(ApiError::overloaded(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("no leader reachable (last known: {leader:?}); retry"),
+            RETRY_AFTER_S,
+        )),
+        Err(WriteError::Unavailable(message)) => Err(ApiError::overloaded(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("cannot commit writes now: {message}"),
+            RETRY_AFTER_S,
+        )),
+        // Not a 503: that would promise nothing was written.
+        Err(WriteError::Unknown(message)) => Err(ApiError::with_status(
+            StatusCode::GATEWAY_TIMEOUT,
+            format!("the write may or may not have been applied: {message}"),
+        )),
+    }
+}
