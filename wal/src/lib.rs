@@ -24,6 +24,7 @@
 mod config;
 mod error;
 pub mod format;
+mod fs;
 mod marker;
 mod reader;
 mod recovery;
@@ -35,6 +36,7 @@ mod writer;
 
 pub use crate::config::{SyncMode, WalConfig};
 pub use crate::error::{Error, Result};
+pub use crate::fs::{OsFs, WalFile, WalFs};
 pub use crate::recovery::{RecoveryReport, TornTail};
 pub use crate::stats::WalStats;
 pub use crate::wal::{DurableCallback, Wal};

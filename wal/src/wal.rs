@@ -17,6 +17,7 @@ use crate::{
     config::{SyncMode, WalConfig},
     error::{Error, Result},
     format::PAYLOAD_BYTES_MAX,
+    fs::{create_dir_durably, OsFs, WalFs},
     reader,
     recovery::{self, RecoveryReport},
     state::{Shared, State},
@@ -68,8 +69,15 @@ impl Wal {
     /// record's CRC is verified, a torn tail is cut off (see [`Wal::recovery_report`]),
     /// corruption fails with [`Error::Corrupt`]. Starts the writer thread.
     pub fn open(config: WalConfig) -> Result<Wal> {
+        Wal::open_with_fs(config, Arc::new(OsFs))
+    }
+
+    /// [`Wal::open`] on a given file system: every file and directory call of this log
+    /// goes through `fs`. Tests pass [`crate::testing::SimFs`] (feature `testing`) to
+    /// cut power at any call; everyone else wants [`Wal::open`].
+    pub fn open_with_fs(config: WalConfig, fs: Arc<dyn WalFs>) -> Result<Wal> {
         config.validate()?;
-        std::fs::create_dir_all(&config.dir).map_err(|e| Error::io(&config.dir, e))?;
+        create_dir_durably(&*fs, &config.dir, config.sync.syncs())?;
         if config.sync == SyncMode::None {
             tracing::warn!(
                 dir = %config.dir.display(),
@@ -77,7 +85,7 @@ impl Wal {
                  loss loses acknowledged writes. Use it only to benchmark the rest of the path."
             );
         }
-        let recovered = recovery::recover(&config.dir, config.sync.syncs())?;
+        let recovered = recovery::recover(&*fs, &config.dir, config.sync.syncs())?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()
@@ -86,6 +94,7 @@ impl Wal {
         let shared = Arc::new(Shared {
             state: RwLock::new(State::recovered(recovered.segments, recovered.purged_index)),
             config,
+            fs,
             counters: Counters::default(),
         });
         let mut writer = Writer::new(Arc::clone(&shared));

@@ -8,7 +8,6 @@
 //! sees operations in the order they were issued.
 
 use std::{
-    fs,
     path::PathBuf,
     sync::Arc,
     time::{Duration, Instant},
@@ -21,8 +20,9 @@ use crate::{
     config::SyncMode,
     error::{Error, Result},
     format::{self, SEGMENT_HEADER_BYTES},
+    fs::{sync_dir, WalFs},
     marker,
-    segment::{sync_dir, Segment, SegmentView},
+    segment::{Segment, SegmentView},
     state::Shared,
     wal::DurableCallback,
 };
@@ -93,6 +93,7 @@ impl Active {
 /// The writer's state; owned by its thread.
 pub(crate) struct Writer {
     shared: Arc<Shared>,
+    fs: Arc<dyn WalFs>,
     dir: PathBuf,
     mode: SyncMode,
     sync_interval: Duration,
@@ -111,6 +112,7 @@ impl Writer {
         let config = shared.config.clone();
         let active = shared.state.read().segments.last().map(Active::of);
         Writer {
+            fs: Arc::clone(&shared.fs),
             shared,
             dir: config.dir,
             mode: config.sync,
@@ -294,11 +296,11 @@ impl Writer {
         if self.active.is_some() && self.mode.syncs() {
             self.sync_active()?;
         }
-        let segment = Arc::new(Segment::create(&self.dir, first_index)?);
+        let segment = Arc::new(Segment::create(&*self.fs, &self.dir, first_index)?);
         self.shared.counters.written(SEGMENT_HEADER_BYTES as u64);
         if self.mode.syncs() {
             self.fsync(|| segment.sync_data())?;
-            self.fsync(|| sync_dir(&self.dir))?;
+            self.fsync(|| sync_dir(&*self.fs, &self.dir))?;
         }
         let view = SegmentView::empty(Arc::clone(&segment));
         self.active = Some(Active::of(&view));
@@ -353,12 +355,14 @@ impl Writer {
             (deleted, cut)
         };
         for segment in &deleted {
-            fs::remove_file(&segment.path).map_err(|e| Error::io(&segment.path, e))?;
+            self.fs
+                .remove_file(&segment.path)
+                .map_err(|e| Error::io(&segment.path, e))?;
         }
         if !deleted.is_empty() {
             self.dirty_since = None;
             if self.mode.syncs() {
-                self.fsync(|| sync_dir(&self.dir))?;
+                self.fsync(|| sync_dir(&*self.fs, &self.dir))?;
             }
         }
         if let Some((segment, offset)) = cut {
@@ -381,13 +385,13 @@ impl Writer {
     pub fn purge(&mut self, purged_index: u64, write_marker: bool) -> Result<()> {
         let start_index = purged_index.saturating_add(1);
         if write_marker {
-            let (file, tmp) = marker::write_tmp(&self.dir, purged_index)?;
+            let (file, tmp) = marker::write_tmp(&*self.fs, &self.dir, purged_index)?;
             if self.mode.syncs() {
                 self.fsync(|| file.sync_data().map_err(|e| Error::io(&tmp, e)))?;
             }
-            marker::install(&self.dir)?;
+            marker::install(&*self.fs, &self.dir)?;
             if self.mode.syncs() {
-                self.fsync(|| sync_dir(&self.dir))?;
+                self.fsync(|| sync_dir(&*self.fs, &self.dir))?;
             }
         }
         let (all_purged, last_is_start) = {
@@ -411,10 +415,12 @@ impl Writer {
             state.segments.drain(..count).map(|v| v.segment).collect()
         };
         for segment in &deleted {
-            fs::remove_file(&segment.path).map_err(|e| Error::io(&segment.path, e))?;
+            self.fs
+                .remove_file(&segment.path)
+                .map_err(|e| Error::io(&segment.path, e))?;
         }
         if !deleted.is_empty() && self.mode.syncs() {
-            self.fsync(|| sync_dir(&self.dir))?;
+            self.fsync(|| sync_dir(&*self.fs, &self.dir))?;
         }
         Ok(())
     }
