@@ -31,6 +31,8 @@ mod recovery;
 mod segment;
 mod state;
 mod stats;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 mod wal;
 mod writer;
 
