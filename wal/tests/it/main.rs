@@ -6,6 +6,8 @@ mod corruption;
 mod group_commit;
 mod ordering;
 mod poison;
+mod power_loss;
 mod read;
 mod rotation;
+mod sim;
 mod torn_tail;
