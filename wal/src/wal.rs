@@ -22,7 +22,7 @@ use crate::{
     recovery::{self, RecoveryReport},
     state::{Shared, State},
     stats::{Counters, WalStats},
-    writer::{AppendOp, Control, Op, Writer},
+    writer::{AppendOp, Control, Op, Writer, WriterRuntime},
 };
 
 /// Called exactly once with the outcome of an accepted append: `Ok` once its records
@@ -86,10 +86,6 @@ impl Wal {
             );
         }
         let recovered = recovery::recover(&*fs, &config.dir, config.sync.syncs())?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .map_err(|e| Error::io(&config.dir, e))?;
         let (queue, queue_rx) = mpsc::channel(config.queue_len_max);
         let shared = Arc::new(Shared {
             state: RwLock::new(State::recovered(recovered.segments, recovered.purged_index)),
@@ -102,6 +98,7 @@ impl Wal {
             // Finish a purge a crash interrupted (a no-op when there is none).
             writer.purge(purged_index, false)?;
         }
+        let runtime = WriterRuntime::new().map_err(|e| Error::io(&shared.config.dir, e))?;
         let handle = thread::Builder::new()
             .name("quiver-wal-writer".to_string())
             .spawn(move || writer.run(queue_rx, runtime))

@@ -73,6 +73,36 @@ impl Op {
     }
 }
 
+/// The writer thread's current-thread runtime; its timer bounds batch-mode waits.
+///
+/// Dropping a tokio runtime inside an async context panics, and `Wal::open` is called
+/// from async code (quiver-raft's node start) and can fail after building one. This
+/// wrapper shuts it down in the background instead, which is safe anywhere.
+pub(crate) struct WriterRuntime(Option<tokio::runtime::Runtime>);
+
+impl WriterRuntime {
+    /// Builds the runtime.
+    pub fn new() -> std::io::Result<WriterRuntime> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()?;
+        Ok(WriterRuntime(Some(runtime)))
+    }
+
+    /// Runs `future` to completion; `None` only once dropped (never, in practice).
+    fn block_on<F: std::future::Future>(&self, future: F) -> Option<F::Output> {
+        self.0.as_ref().map(|runtime| runtime.block_on(future))
+    }
+}
+
+impl Drop for WriterRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
 /// The segment appends go to, as the writer tracks it.
 struct Active {
     segment: Arc<Segment>,
@@ -126,7 +156,7 @@ impl Writer {
     }
 
     /// The thread's body: serve the queue until every handle is gone.
-    pub fn run(mut self, mut queue: mpsc::Receiver<Op>, runtime: tokio::runtime::Runtime) {
+    pub fn run(mut self, mut queue: mpsc::Receiver<Op>, runtime: WriterRuntime) {
         let mut ops = Vec::new();
         while let Some(first) = self.next_op(&mut queue, &runtime) {
             let mut bytes = first.payload_bytes();
@@ -149,11 +179,7 @@ impl Writer {
 
     /// Waits for the next op. In batch mode, wakes up to fdatasync when written data has
     /// been unsynced for `sync_interval`.
-    fn next_op(
-        &mut self,
-        queue: &mut mpsc::Receiver<Op>,
-        runtime: &tokio::runtime::Runtime,
-    ) -> Option<Op> {
+    fn next_op(&mut self, queue: &mut mpsc::Receiver<Op>, runtime: &WriterRuntime) -> Option<Op> {
         loop {
             let deadline = match (self.mode, self.dirty_since) {
                 (SyncMode::Batch, Some(since)) => since + self.sync_interval,
@@ -163,8 +189,11 @@ impl Writer {
             if now < deadline {
                 // Built inside `block_on`: the timer needs the runtime's context.
                 let wait = async { tokio::time::timeout(deadline - now, queue.recv()).await };
-                if let Ok(op) = runtime.block_on(wait) {
-                    return op;
+                match runtime.block_on(wait) {
+                    Some(Ok(op)) => return op,
+                    Some(Err(_elapsed)) => {}
+                    // No runtime (see `WriterRuntime`): wait without a deadline.
+                    None => return queue.blocking_recv(),
                 }
             }
             // Deadline passed. Callbacks already ran after write(2); an error here can

@@ -3,6 +3,7 @@
 mod api;
 mod common;
 mod corruption;
+mod faults;
 mod group_commit;
 mod ordering;
 mod poison;
