@@ -54,10 +54,8 @@ pub(crate) fn write_tmp(
     purged_index: u64,
 ) -> Result<(Box<dyn WalFile>, PathBuf)> {
     let tmp = dir.join(MARKER_TMP_FILE);
-    match fs.remove_file(&tmp) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(Error::io(&tmp, e)),
+    if fs.exists(&tmp).map_err(|e| Error::io(&tmp, e))? {
+        fs.remove_file(&tmp).map_err(|e| Error::io(&tmp, e))?;
     }
     let file = fs.create_new(&tmp).map_err(|e| Error::io(&tmp, e))?;
     file.write_all_at(&format::encode_marker(purged_index), 0)

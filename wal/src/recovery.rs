@@ -31,6 +31,9 @@ pub struct RecoveryReport {
     pub records: u64,
     /// Highest purged index from the purge marker, if anything was ever purged.
     pub purged_index: Option<u64>,
+    /// Segment files deleted unread because the purge marker covers every record they
+    /// can hold: the leftovers of a purge a crash interrupted.
+    pub segments_purged: usize,
     /// The torn tail that was cut off, if there was one.
     pub torn_tail: Option<TornTail>,
 }
@@ -59,9 +62,26 @@ pub(crate) struct Recovered {
 }
 
 /// Scans `dir`. `sync` says whether repairs are fsynced (every mode but `none`).
+///
+/// Segments the purge marker wholly covers are deleted first, unread: a purge writes the
+/// marker, may then start a segment at `purged_index + 1` (purging past the last
+/// record), and only then deletes the old segments, so a crash can leave old segments
+/// that end below the new one's start. They hold nothing the log still has, and checking
+/// them for contiguity would refuse a log that is whole.
 pub(crate) fn recover(fs: &dyn WalFs, dir: &Path, sync: bool) -> Result<Recovered> {
-    let files = list_segment_files(fs, dir)?;
     let purged_index = marker::read(fs, dir)?;
+    let mut files = list_segment_files(fs, dir)?;
+    let segments_purged = wholly_purged(&files, purged_index);
+    for (_, path) in files.drain(..segments_purged) {
+        tracing::info!(
+            path = %path.display(), purged_index,
+            "WAL recovery: deleting a segment the purge marker covers (interrupted purge)"
+        );
+        fs.remove_file(&path).map_err(|e| Error::io(&path, e))?;
+    }
+    if segments_purged > 0 && sync {
+        sync_dir(fs, dir)?;
+    }
     let mut segments: Vec<SegmentView> = Vec::with_capacity(files.len());
     let mut torn_tail = None;
     let count = files.len();
@@ -118,6 +138,7 @@ pub(crate) fn recover(fs: &dyn WalFs, dir: &Path, sync: bool) -> Result<Recovere
         segments: segments.len(),
         records: segments.iter().map(|s| s.offsets.len() as u64).sum(),
         purged_index,
+        segments_purged,
         torn_tail,
     };
     Ok(Recovered {
@@ -125,6 +146,21 @@ pub(crate) fn recover(fs: &dyn WalFs, dir: &Path, sync: bool) -> Result<Recovere
         purged_index,
         report,
     })
+}
+
+/// How many of the oldest `files` hold only records `<= purged_index`: each segment
+/// whose successor starts at or below `purged_index + 1` (its records all come before
+/// the successor's first). Decided from names alone; the last segment is never counted,
+/// since only a scan tells where it ends.
+fn wholly_purged(files: &[(u64, PathBuf)], purged_index: Option<u64>) -> usize {
+    let Some(purged_index) = purged_index else {
+        return 0;
+    };
+    let start_index = purged_index.saturating_add(1);
+    files
+        .windows(2)
+        .take_while(|pair| pair[1].0 <= start_index)
+        .count()
 }
 
 /// Segment files in `dir` sorted by first index. Removes a leftover temporary marker.

@@ -3,6 +3,7 @@
 mod api;
 mod common;
 mod corruption;
+mod crash_points;
 mod faults;
 mod group_commit;
 mod ordering;
