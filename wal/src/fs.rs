@@ -1,6 +1,6 @@
 //! The file-system seam: every file and directory call the WAL makes goes through
 //! [`WalFs`] and [`WalFile`], so a test can put a simulated disk underneath
-//! ([`crate::testing::SimFs`], behind the `testing` feature) and cut power at any call.
+//! (`testing::SimFs`, behind the `testing` feature) and cut power at any call.
 //! [`OsFs`], the default, is the operating system.
 
 use std::{

@@ -73,7 +73,7 @@ impl Wal {
     }
 
     /// [`Wal::open`] on a given file system: every file and directory call of this log
-    /// goes through `fs`. Tests pass [`crate::testing::SimFs`] (feature `testing`) to
+    /// goes through `fs`. Tests pass `testing::SimFs` (feature `testing`) to
     /// cut power at any call; everyone else wants [`Wal::open`].
     pub fn open_with_fs(config: WalConfig, fs: Arc<dyn WalFs>) -> Result<Wal> {
         config.validate()?;

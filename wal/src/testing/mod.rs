@@ -11,6 +11,8 @@
 mod disk;
 mod lying;
 mod sim_fs;
+#[cfg(test)]
+mod tests;
 
 pub use self::lying::LyingFs;
 pub use self::sim_fs::{FsCall, PowerLoss, SimFs};
