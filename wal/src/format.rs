@@ -51,11 +51,19 @@
 //!
 //! Replaced atomically (write `purged.meta.tmp`, fsync, rename, fsync the directory)
 //! before any segment is deleted, so after a restart the log starts at
-//! `purged_index + 1` even when segments holding older records survive.
+//! `purged_index + 1` even when segments holding older records survive. A purge at or
+//! past the last record then starts an empty segment at `purged_index + 1` (its header
+//! fixes the next index), and only then deletes the old segments, oldest first.
 //!
 //! # Recovery rule
 //!
-//! On open every segment is read and every checksum verified. In the **last** segment
+//! First, segments the purge marker wholly covers are deleted unread: every segment whose
+//! successor starts at or below `purged_index + 1` (all its records precede the
+//! successor's first). These are what a crash during a purge leaves, possibly ending
+//! well below the segment a purge past the end started; they hold nothing the log still
+//! has and are not checked.
+//!
+//! Then every remaining segment is read and every checksum verified. In the **last** segment
 //! only, these are a *torn tail*, the expected result of a crash during a write: the
 //! file ends inside a frame header or inside a payload; the final frame fails its CRC
 //! and ends exactly at the end of the file; everything from some frame on is zero

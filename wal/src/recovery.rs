@@ -2,9 +2,7 @@
 //! tail, refuse corruption. The rule is documented in [`crate::format`].
 
 use std::{
-    fs::{self, File, OpenOptions},
-    io::{BufReader, Read, Seek, SeekFrom},
-    os::unix::fs::FileExt,
+    io::{self, BufReader, Read},
     path::{Path, PathBuf},
     sync::Arc,
 };
@@ -12,8 +10,9 @@ use std::{
 use crate::{
     error::{Error, Result},
     format::{self, FrameHeader, FRAME_HEADER_BYTES, PAYLOAD_BYTES_MAX, SEGMENT_HEADER_BYTES},
+    fs::{sync_dir, WalFile, WalFs},
     marker,
-    segment::{sync_dir, Segment, SegmentView},
+    segment::{Segment, SegmentView},
 };
 
 /// Read-ahead buffer for scanning a segment.
@@ -32,6 +31,9 @@ pub struct RecoveryReport {
     pub records: u64,
     /// Highest purged index from the purge marker, if anything was ever purged.
     pub purged_index: Option<u64>,
+    /// Segment files deleted unread because the purge marker covers every record they
+    /// can hold: the leftovers of a purge a crash interrupted.
+    pub segments_purged: usize,
     /// The torn tail that was cut off, if there was one.
     pub torn_tail: Option<TornTail>,
 }
@@ -60,9 +62,26 @@ pub(crate) struct Recovered {
 }
 
 /// Scans `dir`. `sync` says whether repairs are fsynced (every mode but `none`).
-pub(crate) fn recover(dir: &Path, sync: bool) -> Result<Recovered> {
-    let files = list_segment_files(dir)?;
-    let purged_index = marker::read(dir)?;
+///
+/// Segments the purge marker wholly covers are deleted first, unread: a purge writes the
+/// marker, may then start a segment at `purged_index + 1` (purging past the last
+/// record), and only then deletes the old segments, so a crash can leave old segments
+/// that end below the new one's start. They hold nothing the log still has, and checking
+/// them for contiguity would refuse a log that is whole.
+pub(crate) fn recover(fs: &dyn WalFs, dir: &Path, sync: bool) -> Result<Recovered> {
+    let purged_index = marker::read(fs, dir)?;
+    let mut files = list_segment_files(fs, dir)?;
+    let segments_purged = wholly_purged(&files, purged_index);
+    for (_, path) in files.drain(..segments_purged) {
+        tracing::info!(
+            path = %path.display(), purged_index,
+            "WAL recovery: deleting a segment the purge marker covers (interrupted purge)"
+        );
+        fs.remove_file(&path).map_err(|e| Error::io(&path, e))?;
+    }
+    if segments_purged > 0 && sync {
+        sync_dir(fs, dir)?;
+    }
     let mut segments: Vec<SegmentView> = Vec::with_capacity(files.len());
     let mut torn_tail = None;
     let count = files.len();
@@ -81,7 +100,7 @@ pub(crate) fn recover(dir: &Path, sync: bool) -> Result<Recovered> {
                 ));
             }
         }
-        match scan_segment(&path, first_index, is_last)? {
+        match scan_segment(fs, &path, first_index, is_last)? {
             Scanned::Kept { view, torn } => {
                 if let Some(torn) = torn {
                     cut_tail(&view.segment, &torn, sync)?;
@@ -94,9 +113,9 @@ pub(crate) fn recover(dir: &Path, sync: bool) -> Result<Recovered> {
                     path = %torn.path.display(), bytes = torn.bytes, reason = %torn.reason,
                     "WAL recovery: deleting torn last segment"
                 );
-                fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
+                fs.remove_file(&path).map_err(|e| Error::io(&path, e))?;
                 if sync {
-                    sync_dir(dir)?;
+                    sync_dir(fs, dir)?;
                 }
                 torn_tail = Some(torn);
             }
@@ -119,6 +138,7 @@ pub(crate) fn recover(dir: &Path, sync: bool) -> Result<Recovered> {
         segments: segments.len(),
         records: segments.iter().map(|s| s.offsets.len() as u64).sum(),
         purged_index,
+        segments_purged,
         torn_tail,
     };
     Ok(Recovered {
@@ -128,18 +148,32 @@ pub(crate) fn recover(dir: &Path, sync: bool) -> Result<Recovered> {
     })
 }
 
+/// How many of the oldest `files` hold only records `<= purged_index`: each segment
+/// whose successor starts at or below `purged_index + 1` (its records all come before
+/// the successor's first). Decided from names alone; the last segment is never counted,
+/// since only a scan tells where it ends.
+fn wholly_purged(files: &[(u64, PathBuf)], purged_index: Option<u64>) -> usize {
+    let Some(purged_index) = purged_index else {
+        return 0;
+    };
+    let start_index = purged_index.saturating_add(1);
+    files
+        .windows(2)
+        .take_while(|pair| pair[1].0 <= start_index)
+        .count()
+}
+
 /// Segment files in `dir` sorted by first index. Removes a leftover temporary marker.
-fn list_segment_files(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
+fn list_segment_files(fs: &dyn WalFs, dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
     let mut files = Vec::new();
-    for entry in fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
-        let entry = entry.map_err(|e| Error::io(dir, e))?;
-        let name = entry.file_name();
+    for name in fs.list_dir(dir).map_err(|e| Error::io(dir, e))? {
         let Some(name) = name.to_str() else { continue };
+        let path = dir.join(name);
         if name == marker::MARKER_TMP_FILE {
             // A marker write interrupted before its rename; the old marker still holds.
-            fs::remove_file(entry.path()).map_err(|e| Error::io(entry.path(), e))?;
+            fs.remove_file(&path).map_err(|e| Error::io(&path, e))?;
         } else if let Some(first_index) = format::parse_segment_file_name(name) {
-            files.push((first_index, entry.path()));
+            files.push((first_index, path));
         } else if name != marker::MARKER_FILE {
             tracing::debug!(file = name, "WAL recovery: ignoring unknown file");
         }
@@ -159,18 +193,14 @@ enum Scanned {
 }
 
 /// Verifies one segment, returning its record offsets.
-fn scan_segment(path: &Path, first_index: u64, is_last: bool) -> Result<Scanned> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .map_err(|e| Error::io(path, e))?;
-    let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+fn scan_segment(fs: &dyn WalFs, path: &Path, first_index: u64, is_last: bool) -> Result<Scanned> {
+    let file = fs.open(path).map_err(|e| Error::io(path, e))?;
+    let len = file.len_bytes().map_err(|e| Error::io(path, e))?;
     let header_bytes = SEGMENT_HEADER_BYTES as u64;
 
     let header_torn = if len < header_bytes {
         Some("file ends inside the segment header")
-    } else if is_last && is_zero_from(&file, path, 0, len)? {
+    } else if is_last && is_zero_from(&*file, path, 0, len)? {
         Some("segment is all zero bytes")
     } else {
         None
@@ -205,10 +235,14 @@ fn scan_segment(path: &Path, first_index: u64, is_last: bool) -> Result<Scanned>
         ));
     }
 
-    let mut reader = BufReader::with_capacity(SCAN_BUFFER_BYTES, &file);
-    reader
-        .seek(SeekFrom::Start(header_bytes))
-        .map_err(|e| Error::io(path, e))?;
+    let mut reader = BufReader::with_capacity(
+        SCAN_BUFFER_BYTES,
+        ReadAt {
+            file: &*file,
+            pos: header_bytes,
+            len,
+        },
+    );
     let mut offsets = Vec::new();
     let mut payload = Vec::new();
     let mut pos = header_bytes;
@@ -230,7 +264,7 @@ fn scan_segment(path: &Path, first_index: u64, is_last: bool) -> Result<Scanned>
             // intact later record proves this is corruption, not a crash artefact.
             let index_next = index_expected.saturating_add(1);
             let from = pos + FRAME_HEADER_BYTES as u64;
-            if let Some(at) = find_frame(&file, path, from, len, index_next)? {
+            if let Some(at) = find_frame(&*file, path, from, len, index_next)? {
                 let reason = format!(
                     "{}, yet record {index_next} follows at offset {at}",
                     bad.reason
@@ -238,7 +272,7 @@ fn scan_segment(path: &Path, first_index: u64, is_last: bool) -> Result<Scanned>
                 return Err(Error::corrupt(path, pos, reason));
             }
             bad.reason
-        } else if is_zero_from(&file, path, pos, len)? {
+        } else if is_zero_from(&*file, path, pos, len)? {
             "zero-filled tail".to_string()
         } else {
             let reason = format!("{}, followed by more data", bad.reason);
@@ -262,6 +296,24 @@ fn scan_segment(path: &Path, first_index: u64, is_last: bool) -> Result<Scanned>
     Ok(Scanned::Kept { view, torn })
 }
 
+/// A cursor over a [`WalFile`] up to a fixed length, for buffered sequential scans.
+struct ReadAt<'a> {
+    file: &'a dyn WalFile,
+    pos: u64,
+    len: u64,
+}
+
+impl Read for ReadAt<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = usize::try_from(self.len.saturating_sub(self.pos))
+            .unwrap_or(usize::MAX)
+            .min(buf.len());
+        let n = self.file.read_at(&mut buf[..n], self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
 /// Why the frame at some offset is not a valid record.
 struct BadFrame {
     reason: String,
@@ -273,7 +325,7 @@ struct BadFrame {
 /// Reads and verifies the frame at `pos` (the reader is positioned there). On success
 /// `payload` holds its payload and the reader is at the next frame.
 fn check_frame(
-    reader: &mut BufReader<&File>,
+    reader: &mut BufReader<ReadAt<'_>>,
     path: &Path,
     pos: u64,
     len: u64,
@@ -330,7 +382,13 @@ fn check_frame(
 
 /// Looks for a valid frame of record `index` starting anywhere in `from..len`, reading
 /// in bounded chunks. Only runs on a suspected torn tail.
-fn find_frame(file: &File, path: &Path, from: u64, len: u64, index: u64) -> Result<Option<u64>> {
+fn find_frame(
+    file: &dyn WalFile,
+    path: &Path,
+    from: u64,
+    len: u64,
+    index: u64,
+) -> Result<Option<u64>> {
     let needle = index.to_le_bytes();
     let mut chunk = vec![0u8; SEARCH_CHUNK_BYTES];
     let mut base = from;
@@ -365,7 +423,7 @@ fn find_frame(file: &File, path: &Path, from: u64, len: u64, index: u64) -> Resu
 }
 
 /// Whether bytes `from..len` of the file are all zero.
-fn is_zero_from(file: &File, path: &Path, from: u64, len: u64) -> Result<bool> {
+fn is_zero_from(file: &dyn WalFile, path: &Path, from: u64, len: u64) -> Result<bool> {
     let mut chunk = vec![0u8; ZERO_CHECK_CHUNK_BYTES];
     let mut pos = from;
     while pos < len {
@@ -396,6 +454,7 @@ fn cut_tail(segment: &Segment, torn: &TornTail, sync: bool) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fs::OsFs;
 
     #[test]
     fn find_frame_sees_frames_across_chunk_boundaries() -> Result<()> {
@@ -406,16 +465,16 @@ mod tests {
             let mut bytes = vec![0xeeu8; start as usize];
             format::encode_frame(&mut bytes, 7, b"payload");
             bytes.extend_from_slice(&[0xee; 3]);
-            fs::write(&path, &bytes).map_err(|e| Error::io(&path, e))?;
-            let file = File::open(&path).map_err(|e| Error::io(&path, e))?;
+            std::fs::write(&path, &bytes).map_err(|e| Error::io(&path, e))?;
+            let file = OsFs.open(&path).map_err(|e| Error::io(&path, e))?;
             let len = bytes.len() as u64;
             assert_eq!(
-                find_frame(&file, &path, 0, len, 7)?,
+                find_frame(&*file, &path, 0, len, 7)?,
                 Some(start),
                 "start {start}"
             );
-            assert_eq!(find_frame(&file, &path, 0, len, 8)?, None);
-            assert_eq!(find_frame(&file, &path, start + 1, len, 7)?, None);
+            assert_eq!(find_frame(&*file, &path, 0, len, 8)?, None);
+            assert_eq!(find_frame(&*file, &path, start + 1, len, 7)?, None);
         }
         Ok(())
     }

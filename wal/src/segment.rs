@@ -1,8 +1,6 @@
 //! One segment file: creating it, positional reads and writes, and its index table.
 
 use std::{
-    fs::{File, OpenOptions},
-    os::unix::fs::FileExt,
     path::{Path, PathBuf},
     sync::Arc,
 };
@@ -12,6 +10,7 @@ use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use crate::{
     error::{Error, Result},
     format,
+    fs::{WalFile, WalFs},
 };
 
 /// An open segment file, shared by the writer thread and readers.
@@ -23,7 +22,7 @@ pub(crate) struct Segment {
     pub first_index: u64,
     /// Path of the file, for errors and deletion.
     pub path: PathBuf,
-    file: File,
+    file: Box<dyn WalFile>,
     /// Held for reading while a reader `pread`s records, and for writing while the writer
     /// shortens the file, so a reader never sees bytes that a truncation freed and a
     /// later append reused.
@@ -33,14 +32,9 @@ pub(crate) struct Segment {
 impl Segment {
     /// Creates a new segment file holding only its header. The caller fsyncs the file and
     /// the directory (and counts those fsyncs).
-    pub fn create(dir: &Path, first_index: u64) -> Result<Segment> {
+    pub fn create(fs: &dyn WalFs, dir: &Path, first_index: u64) -> Result<Segment> {
         let path = dir.join(format::segment_file_name(first_index));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| Error::io(&path, e))?;
+        let file = fs.create_new(&path).map_err(|e| Error::io(&path, e))?;
         let header = format::encode_segment_header(first_index);
         file.write_all_at(&header, 0)
             .map_err(|e| Error::io(&path, e))?;
@@ -48,7 +42,7 @@ impl Segment {
     }
 
     /// Wraps a file recovery has opened and checked.
-    pub fn from_file(first_index: u64, path: PathBuf, file: File) -> Segment {
+    pub fn from_file(first_index: u64, path: PathBuf, file: Box<dyn WalFile>) -> Segment {
         Segment {
             first_index,
             path,
@@ -156,11 +150,4 @@ impl SegmentView {
         self.offsets.extend_from_slice(offsets);
         self.len_bytes = len_bytes;
     }
-}
-
-/// `fsync`s a directory so creations, renames and deletions in it are durable.
-pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Error::io(dir, e))
 }

@@ -8,7 +8,7 @@
 //! while a truncation covering it is queued, and any index re-appended after that
 //! truncation sits in `pending` (under the newer op's sequence number) until written.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use bytes::Bytes;
 use parking_lot::RwLock;
@@ -16,6 +16,7 @@ use parking_lot::RwLock;
 use crate::{
     config::WalConfig,
     error::{Error, Result},
+    fs::WalFs,
     segment::SegmentView,
     stats::Counters,
 };
@@ -155,6 +156,8 @@ impl State {
 pub(crate) struct Shared {
     /// Settings the WAL was opened with.
     pub config: WalConfig,
+    /// The file system the log lives on.
+    pub fs: Arc<dyn WalFs>,
     /// The log state.
     pub state: RwLock<State>,
     /// Counters for [`crate::WalStats`].

@@ -17,11 +17,12 @@ use crate::{
     config::{SyncMode, WalConfig},
     error::{Error, Result},
     format::PAYLOAD_BYTES_MAX,
+    fs::{create_dir_durably, OsFs, WalFs},
     reader,
     recovery::{self, RecoveryReport},
     state::{Shared, State},
     stats::{Counters, WalStats},
-    writer::{AppendOp, Control, Op, Writer},
+    writer::{AppendOp, Control, Op, Writer, WriterRuntime},
 };
 
 /// Called exactly once with the outcome of an accepted append: `Ok` once its records
@@ -68,8 +69,15 @@ impl Wal {
     /// record's CRC is verified, a torn tail is cut off (see [`Wal::recovery_report`]),
     /// corruption fails with [`Error::Corrupt`]. Starts the writer thread.
     pub fn open(config: WalConfig) -> Result<Wal> {
+        Wal::open_with_fs(config, Arc::new(OsFs))
+    }
+
+    /// [`Wal::open`] on a given file system: every file and directory call of this log
+    /// goes through `fs`. Tests pass `testing::SimFs` (feature `testing`) to
+    /// cut power at any call; everyone else wants [`Wal::open`].
+    pub fn open_with_fs(config: WalConfig, fs: Arc<dyn WalFs>) -> Result<Wal> {
         config.validate()?;
-        std::fs::create_dir_all(&config.dir).map_err(|e| Error::io(&config.dir, e))?;
+        create_dir_durably(&*fs, &config.dir, config.sync.syncs())?;
         if config.sync == SyncMode::None {
             tracing::warn!(
                 dir = %config.dir.display(),
@@ -77,15 +85,12 @@ impl Wal {
                  loss loses acknowledged writes. Use it only to benchmark the rest of the path."
             );
         }
-        let recovered = recovery::recover(&config.dir, config.sync.syncs())?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .map_err(|e| Error::io(&config.dir, e))?;
+        let recovered = recovery::recover(&*fs, &config.dir, config.sync.syncs())?;
         let (queue, queue_rx) = mpsc::channel(config.queue_len_max);
         let shared = Arc::new(Shared {
             state: RwLock::new(State::recovered(recovered.segments, recovered.purged_index)),
             config,
+            fs,
             counters: Counters::default(),
         });
         let mut writer = Writer::new(Arc::clone(&shared));
@@ -93,6 +98,7 @@ impl Wal {
             // Finish a purge a crash interrupted (a no-op when there is none).
             writer.purge(purged_index, false)?;
         }
+        let runtime = WriterRuntime::new().map_err(|e| Error::io(&shared.config.dir, e))?;
         let handle = thread::Builder::new()
             .name("quiver-wal-writer".to_string())
             .spawn(move || writer.run(queue_rx, runtime))

@@ -8,7 +8,6 @@
 //! sees operations in the order they were issued.
 
 use std::{
-    fs,
     path::PathBuf,
     sync::Arc,
     time::{Duration, Instant},
@@ -21,8 +20,9 @@ use crate::{
     config::SyncMode,
     error::{Error, Result},
     format::{self, SEGMENT_HEADER_BYTES},
+    fs::{sync_dir, WalFs},
     marker,
-    segment::{sync_dir, Segment, SegmentView},
+    segment::{Segment, SegmentView},
     state::Shared,
     wal::DurableCallback,
 };
@@ -73,6 +73,36 @@ impl Op {
     }
 }
 
+/// The writer thread's current-thread runtime; its timer bounds batch-mode waits.
+///
+/// Dropping a tokio runtime inside an async context panics, and `Wal::open` is called
+/// from async code (quiver-raft's node start) and can fail after building one. This
+/// wrapper shuts it down in the background instead, which is safe anywhere.
+pub(crate) struct WriterRuntime(Option<tokio::runtime::Runtime>);
+
+impl WriterRuntime {
+    /// Builds the runtime.
+    pub fn new() -> std::io::Result<WriterRuntime> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()?;
+        Ok(WriterRuntime(Some(runtime)))
+    }
+
+    /// Runs `future` to completion; `None` only once dropped (never, in practice).
+    fn block_on<F: std::future::Future>(&self, future: F) -> Option<F::Output> {
+        self.0.as_ref().map(|runtime| runtime.block_on(future))
+    }
+}
+
+impl Drop for WriterRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
 /// The segment appends go to, as the writer tracks it.
 struct Active {
     segment: Arc<Segment>,
@@ -93,6 +123,7 @@ impl Active {
 /// The writer's state; owned by its thread.
 pub(crate) struct Writer {
     shared: Arc<Shared>,
+    fs: Arc<dyn WalFs>,
     dir: PathBuf,
     mode: SyncMode,
     sync_interval: Duration,
@@ -111,6 +142,7 @@ impl Writer {
         let config = shared.config.clone();
         let active = shared.state.read().segments.last().map(Active::of);
         Writer {
+            fs: Arc::clone(&shared.fs),
             shared,
             dir: config.dir,
             mode: config.sync,
@@ -124,7 +156,7 @@ impl Writer {
     }
 
     /// The thread's body: serve the queue until every handle is gone.
-    pub fn run(mut self, mut queue: mpsc::Receiver<Op>, runtime: tokio::runtime::Runtime) {
+    pub fn run(mut self, mut queue: mpsc::Receiver<Op>, runtime: WriterRuntime) {
         let mut ops = Vec::new();
         while let Some(first) = self.next_op(&mut queue, &runtime) {
             let mut bytes = first.payload_bytes();
@@ -147,11 +179,7 @@ impl Writer {
 
     /// Waits for the next op. In batch mode, wakes up to fdatasync when written data has
     /// been unsynced for `sync_interval`.
-    fn next_op(
-        &mut self,
-        queue: &mut mpsc::Receiver<Op>,
-        runtime: &tokio::runtime::Runtime,
-    ) -> Option<Op> {
+    fn next_op(&mut self, queue: &mut mpsc::Receiver<Op>, runtime: &WriterRuntime) -> Option<Op> {
         loop {
             let deadline = match (self.mode, self.dirty_since) {
                 (SyncMode::Batch, Some(since)) => since + self.sync_interval,
@@ -161,8 +189,11 @@ impl Writer {
             if now < deadline {
                 // Built inside `block_on`: the timer needs the runtime's context.
                 let wait = async { tokio::time::timeout(deadline - now, queue.recv()).await };
-                if let Ok(op) = runtime.block_on(wait) {
-                    return op;
+                match runtime.block_on(wait) {
+                    Some(Ok(op)) => return op,
+                    Some(Err(_elapsed)) => {}
+                    // No runtime (see `WriterRuntime`): wait without a deadline.
+                    None => return queue.blocking_recv(),
                 }
             }
             // Deadline passed. Callbacks already ran after write(2); an error here can
@@ -294,11 +325,11 @@ impl Writer {
         if self.active.is_some() && self.mode.syncs() {
             self.sync_active()?;
         }
-        let segment = Arc::new(Segment::create(&self.dir, first_index)?);
+        let segment = Arc::new(Segment::create(&*self.fs, &self.dir, first_index)?);
         self.shared.counters.written(SEGMENT_HEADER_BYTES as u64);
         if self.mode.syncs() {
             self.fsync(|| segment.sync_data())?;
-            self.fsync(|| sync_dir(&self.dir))?;
+            self.fsync(|| sync_dir(&*self.fs, &self.dir))?;
         }
         let view = SegmentView::empty(Arc::clone(&segment));
         self.active = Some(Active::of(&view));
@@ -353,12 +384,14 @@ impl Writer {
             (deleted, cut)
         };
         for segment in &deleted {
-            fs::remove_file(&segment.path).map_err(|e| Error::io(&segment.path, e))?;
+            self.fs
+                .remove_file(&segment.path)
+                .map_err(|e| Error::io(&segment.path, e))?;
         }
         if !deleted.is_empty() {
             self.dirty_since = None;
             if self.mode.syncs() {
-                self.fsync(|| sync_dir(&self.dir))?;
+                self.fsync(|| sync_dir(&*self.fs, &self.dir))?;
             }
         }
         if let Some((segment, offset)) = cut {
@@ -381,13 +414,13 @@ impl Writer {
     pub fn purge(&mut self, purged_index: u64, write_marker: bool) -> Result<()> {
         let start_index = purged_index.saturating_add(1);
         if write_marker {
-            let (file, tmp) = marker::write_tmp(&self.dir, purged_index)?;
+            let (file, tmp) = marker::write_tmp(&*self.fs, &self.dir, purged_index)?;
             if self.mode.syncs() {
                 self.fsync(|| file.sync_data().map_err(|e| Error::io(&tmp, e)))?;
             }
-            marker::install(&self.dir)?;
+            marker::install(&*self.fs, &self.dir)?;
             if self.mode.syncs() {
-                self.fsync(|| sync_dir(&self.dir))?;
+                self.fsync(|| sync_dir(&*self.fs, &self.dir))?;
             }
         }
         let (all_purged, last_is_start) = {
@@ -411,10 +444,12 @@ impl Writer {
             state.segments.drain(..count).map(|v| v.segment).collect()
         };
         for segment in &deleted {
-            fs::remove_file(&segment.path).map_err(|e| Error::io(&segment.path, e))?;
+            self.fs
+                .remove_file(&segment.path)
+                .map_err(|e| Error::io(&segment.path, e))?;
         }
         if !deleted.is_empty() && self.mode.syncs() {
-            self.fsync(|| sync_dir(&self.dir))?;
+            self.fsync(|| sync_dir(&*self.fs, &self.dir))?;
         }
         Ok(())
     }

@@ -3,9 +3,13 @@
 mod api;
 mod common;
 mod corruption;
+mod crash_points;
+mod faults;
 mod group_commit;
 mod ordering;
 mod poison;
+mod power_loss;
 mod read;
 mod rotation;
+mod sim;
 mod torn_tail;
