@@ -13,12 +13,14 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::{FutureExt, TryStreamExt};
+use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::arrow::async_reader::MetadataFetch;
 use parquet::errors::ParquetError;
-use parquet::file::metadata::ParquetMetaDataReader;
+use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 
+use crate::durable::{remove_if_stale_temp, TEMP_SUFFIX};
 use crate::error::{Error, Result};
 use crate::meta::{FileMeta, FILE_META_KEY, FILE_META_VERSION};
 use crate::paths::DATA_PREFIX;
@@ -32,6 +34,8 @@ pub struct CatalogReport {
     pub rebuilt_because: Option<String>,
     /// Files of incomplete segments that were deleted.
     pub incomplete_files_deleted: Vec<String>,
+    /// Temporary files of interrupted writes that were removed.
+    pub temp_files_removed: Vec<String>,
     /// Files listed.
     pub files: usize,
 }
@@ -43,14 +47,16 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    /// Opens the catalog in `dir`, checks it against the files in `store`, and rebuilds
+    /// Opens the catalog in `dir`, checks it against the files in `local`, and rebuilds
     /// it when needed. Returns every complete file's metadata.
     pub async fn open(
         dir: &Path,
-        store: &Arc<dyn ObjectStore>,
+        local: &Arc<LocalFileSystem>,
     ) -> Result<(Catalog, Vec<FileMeta>, CatalogReport)> {
-        let listed = list_files(store).await?;
+        let store: Arc<dyn ObjectStore> = local.clone();
+        let store = &store;
         let mut report = CatalogReport::default();
+        let listed = list_files(local, &mut report).await?;
         let existing = match open_sled(dir) {
             Ok(catalog) => match catalog.read_all() {
                 Ok(entries) => match agree(&entries, &listed) {
@@ -162,15 +168,28 @@ fn reset_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Every Parquet file under the data prefix, with its size.
-async fn list_files(store: &Arc<dyn ObjectStore>) -> Result<BTreeMap<String, u64>> {
+/// Every Parquet file under the data prefix, with its size. Removes the temporary
+/// files of writes a crash interrupted (`{name}.parquet.tmp`) on the way.
+async fn list_files(
+    local: &Arc<LocalFileSystem>,
+    report: &mut CatalogReport,
+) -> Result<BTreeMap<String, u64>> {
     let prefix = ObjectPath::from(DATA_PREFIX);
-    let objects: Vec<object_store::ObjectMeta> = store.list(Some(&prefix)).try_collect().await?;
-    Ok(objects
-        .into_iter()
-        .filter(|o| o.location.as_ref().ends_with(".parquet"))
-        .map(|o| (o.location.to_string(), o.size))
-        .collect())
+    let objects: Vec<object_store::ObjectMeta> = local.list(Some(&prefix)).try_collect().await?;
+    let mut files = BTreeMap::new();
+    for object in objects {
+        let path = object.location.as_ref();
+        if path.ends_with(".parquet") {
+            files.insert(path.to_string(), object.size);
+        } else if path.ends_with(&format!(".parquet{TEMP_SUFFIX}")) {
+            let on_disk = local.path_to_filesystem(&object.location)?;
+            if remove_if_stale_temp(&on_disk)? {
+                tracing::info!(path, "removed the temporary file of an interrupted write");
+                report.temp_files_removed.push(path.to_string());
+            }
+        }
+    }
+    Ok(files)
 }
 
 /// Why the catalog's entries and the files disagree, if they do.
@@ -208,6 +227,24 @@ pub(crate) async fn read_footer(
     let metadata = ParquetMetaDataReader::new()
         .load_and_finish(fetch, size)
         .await?;
+    file_meta_of(&metadata, path, size)
+}
+
+/// Reads the self-description of a file outside the store (one received from a peer,
+/// before it is moved in), expected to belong at object path `path`.
+pub(crate) fn read_staged_footer(file: &Path, path: &str) -> Result<FileMeta> {
+    let io = |source| Error::Io {
+        path: file.to_path_buf(),
+        source,
+    };
+    let opened = std::fs::File::open(file).map_err(io)?;
+    let size = opened.metadata().map_err(io)?.len();
+    let metadata = ParquetMetaDataReader::new().parse_and_finish(&opened)?;
+    file_meta_of(&metadata, path, size)
+}
+
+/// Checks and returns the [`FileMeta`] a footer carries for the file at `path`.
+fn file_meta_of(metadata: &ParquetMetaData, path: &str, size: u64) -> Result<FileMeta> {
     let value = metadata
         .file_metadata()
         .key_value_metadata()

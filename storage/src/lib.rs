@@ -2,12 +2,15 @@
 //!
 //! It decodes MessagePack and line protocol into validated Arrow batches, keeps the
 //! in-memory buffer per (database, measurement), freezes it into segments when a flush
-//! entry is applied, writes segments as Parquet through `object_store`, and keeps the
-//! sled catalog that indexes those files. It knows nothing of Raft: callers hand it log
+//! entry is applied, writes segments as Parquet files (read back through `object_store`),
+//! and keeps the sled catalog that indexes those files. Every file that must never be
+//! found half-written (Parquet, snapshots, the Raft vote) is replaced through one
+//! routine, [`replace_file_durably`]. It knows nothing of Raft: callers hand it log
 //! indexes and it records them, so that the log and the files together are the truth.
 #![deny(missing_docs)]
 
 mod catalog;
+mod durable;
 mod error;
 mod ids;
 mod image;
@@ -24,6 +27,10 @@ mod table;
 mod table_state;
 
 pub use catalog::CatalogReport;
+pub use durable::{
+    create_dir_all_durably, install_file_durably, remove_stale_temp_files, replace_file_atomically,
+    replace_file_durably,
+};
 pub use error::{Error, Result};
 pub use ids::{
     validate_database_name, validate_measurement_name, LogIndex, TimestampNs,

@@ -6,6 +6,7 @@
 //! Parquet files. Queries read through [`TableSource`].
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -14,11 +15,12 @@ use std::time::{Duration, Instant};
 use arrow::record_batch::RecordBatch;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::ObjectStore;
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::{catalog_dir, Catalog, CatalogReport};
+use crate::catalog::{catalog_dir, read_staged_footer, Catalog, CatalogReport};
+use crate::durable::{create_dir_all_durably, install_file_durably, replace_file_durably};
 use crate::error::{Error, Result};
 use crate::ids::{validate_database_name, LogIndex};
 use crate::meta::FileMeta;
@@ -148,11 +150,11 @@ impl Storage {
     /// table's files. Buffers start empty; the caller restores them (snapshot, replay).
     pub async fn open(config: StorageConfig) -> Result<Storage> {
         let parquet_dir = config.dir.join("parquet");
-        create_dir(&parquet_dir)?;
+        create_dir_all_durably(&parquet_dir)?;
         let local = Arc::new(LocalFileSystem::new_with_prefix(&parquet_dir)?);
         let store: Arc<dyn ObjectStore> = local.clone();
         let (catalog, files, catalog_report) =
-            Catalog::open(&catalog_dir(&config.dir), &store).await?;
+            Catalog::open(&catalog_dir(&config.dir), &local).await?;
         let mut states: BTreeMap<TableKey, TableState> = BTreeMap::new();
         for meta in files {
             let key = TableKey::new(meta.database.clone(), meta.measurement.clone());
@@ -394,11 +396,15 @@ impl Storage {
         Ok(true)
     }
 
+    /// Encodes a segment and writes its files durably (each through a temporary file,
+    /// fsynced before it is renamed into place, then its directory fsynced), so a power
+    /// loss never leaves an empty or partial file under a final name.
     async fn write_segment(&self, key: &TableKey, segment: &Frozen) -> Result<Vec<FileMeta>> {
         let settings = self.config.parquet.clone();
         let (database, measurement) = (key.database.clone(), key.measurement.clone());
         let segment_owned = segment.clone();
-        let encoded = tokio::task::spawn_blocking(move || {
+        let local = self.local.clone();
+        tokio::task::spawn_blocking(move || {
             let source = SegmentSource {
                 database: &database,
                 measurement: &measurement,
@@ -407,36 +413,23 @@ impl Storage {
                 log_first: segment_owned.log_first,
                 log_last: segment_owned.log_last,
             };
-            encode_segment(&source, &settings)
+            let encoded = encode_segment(&source, &settings)?;
+            let mut metas = Vec::with_capacity(encoded.len());
+            for file in encoded {
+                let target =
+                    local.path_to_filesystem(&ObjectPath::from(file.meta.path.as_str()))?;
+                replace_file_durably(&target, |w| {
+                    w.write_all(&file.bytes).map_err(|source| Error::Io {
+                        path: target.clone(),
+                        source,
+                    })
+                })?;
+                metas.push(file.meta);
+            }
+            Ok(metas)
         })
         .await
-        .map_err(|e| Error::Catalog(format!("encoder task failed: {e}")))??;
-        let mut metas = Vec::with_capacity(encoded.len());
-        for file in encoded {
-            let path = ObjectPath::from(file.meta.path.as_str());
-            self.store
-                .put(&path, PutPayload::from_bytes(file.bytes))
-                .await?;
-            self.fsync_object(&path)?;
-            metas.push(file.meta);
-        }
-        Ok(metas)
-    }
-
-    /// Makes a written object durable: the file and every directory up to the root.
-    fn fsync_object(&self, path: &ObjectPath) -> Result<()> {
-        let file = self.local.path_to_filesystem(path)?;
-        fsync_path(&file)?;
-        let root = self.config.dir.join("parquet");
-        let mut dir = file.parent();
-        while let Some(d) = dir {
-            fsync_path(d)?;
-            if d == root.as_path() {
-                break;
-            }
-            dir = d.parent();
-        }
-        Ok(())
+        .map_err(|e| Error::Catalog(format!("segment writer task failed: {e}")))?
     }
 
     /// Whether this node already holds the Parquet file `meta` describes.
@@ -466,39 +459,35 @@ impl Storage {
     /// deterministic (the same log range gives the same file on every replica), so the
     /// file is the one this node would have written itself.
     pub async fn adopt_file(&self, meta: &FileMeta, staged: &Path) -> Result<()> {
-        let io = |source| Error::Io {
-            path: staged.to_path_buf(),
-            source,
-        };
-        let size = std::fs::metadata(staged).map_err(io)?.len();
+        let size = std::fs::metadata(staged)
+            .map_err(|source| Error::Io {
+                path: staged.to_path_buf(),
+                source,
+            })?
+            .len();
         if size != meta.size_bytes {
             return Err(Error::Corrupt {
                 path: staged.display().to_string(),
                 reason: format!("received {size} bytes, expected {}", meta.size_bytes),
             });
         }
-        let object = ObjectPath::from(meta.path.as_str());
-        let target = self.local.path_to_filesystem(&object)?;
-        if let Some(parent) = target.parent() {
-            create_dir(parent)?;
-        }
-        fsync_path(staged)?;
-        std::fs::rename(staged, &target).map_err(io)?;
-        self.fsync_object(&object)?;
-        let found = crate::catalog::read_footer(&self.store, &meta.path, size).await;
-        match found {
-            Ok(found) if &found == meta => {}
-            other => {
-                let _ = std::fs::remove_file(&target);
+        let target = self
+            .local
+            .path_to_filesystem(&ObjectPath::from(meta.path.as_str()))?;
+        let (staged_owned, expected) = (staged.to_path_buf(), meta.clone());
+        tokio::task::spawn_blocking(move || {
+            // Checked before the move, so a wrong file never sits under a final name.
+            let found = read_staged_footer(&staged_owned, &expected.path)?;
+            if found != expected {
                 return Err(Error::Corrupt {
-                    path: meta.path.clone(),
-                    reason: match other {
-                        Ok(found) => format!("footer describes {found:?}, expected {meta:?}"),
-                        Err(e) => e.to_string(),
-                    },
+                    path: expected.path.clone(),
+                    reason: format!("footer describes {found:?}, expected {expected:?}"),
                 });
             }
-        }
+            install_file_durably(&staged_owned, &target)
+        })
+        .await
+        .map_err(|e| Error::Catalog(format!("file adoption task failed: {e}")))??;
         self.catalog.insert(std::slice::from_ref(meta))?;
         let table = self.table(&TableKey::new(
             meta.database.as_str(),
@@ -682,24 +671,6 @@ fn batch_time_range(batch: &RecordBatch) -> Option<(i64, i64)> {
     let lo = time.values().iter().min()?;
     let hi = time.values().iter().max()?;
     Some((*lo, *hi))
-}
-
-fn create_dir(dir: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir).map_err(|source| Error::Io {
-        path: dir.to_path_buf(),
-        source,
-    })
-}
-
-fn fsync_path(path: &Path) -> Result<()> {
-    let file = std::fs::File::open(path).map_err(|source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    file.sync_all().map_err(|source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    })
 }
 
 impl TableSource for Storage {
