@@ -5,6 +5,13 @@
 //! store, the catalog is rebuilt from the footers and the node says so. Files of a
 //! segment whose sibling files are missing (a crash mid-flush) are deleted: the log
 //! still holds their rows and the flush is replayed.
+//!
+//! A file whose footer cannot be read during a rebuild (damaged, not Quiver's, another
+//! format version, or naming another path) does not stop the node: it is moved to
+//! `quarantine/` beside the catalog, with an error naming it, and reported. Its rows are
+//! still in the log or on the other replicas. While anything is quarantined, files of
+//! incomplete segments are quarantined too rather than deleted, since their siblings may
+//! be the damaged ones rather than unwritten ones.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -26,6 +33,8 @@ use crate::meta::{FileMeta, FILE_META_KEY, FILE_META_VERSION};
 use crate::paths::DATA_PREFIX;
 
 const FILES_TREE: &str = "files";
+/// Most quarantined copies of one path kept side by side (`x.parquet`, `x.parquet.1`...).
+const QUARANTINE_COPIES_MAX: u32 = 100;
 
 /// What opening the catalog found; surfaced in logs and tests.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -34,6 +43,9 @@ pub struct CatalogReport {
     pub rebuilt_because: Option<String>,
     /// Files of incomplete segments that were deleted.
     pub incomplete_files_deleted: Vec<String>,
+    /// Files that could not be read while rebuilding, moved to the quarantine
+    /// directory (object paths, as they were in the store).
+    pub quarantined: Vec<String>,
     /// Temporary files of interrupted writes that were removed.
     pub temp_files_removed: Vec<String>,
     /// Files listed.
@@ -48,10 +60,12 @@ pub struct Catalog {
 
 impl Catalog {
     /// Opens the catalog in `dir`, checks it against the files in `local`, and rebuilds
-    /// it when needed. Returns every complete file's metadata.
+    /// it when needed, moving unreadable files to `quarantine_dir`. Returns every
+    /// complete file's metadata.
     pub async fn open(
         dir: &Path,
         local: &Arc<LocalFileSystem>,
+        quarantine_dir: &Path,
     ) -> Result<(Catalog, Vec<FileMeta>, CatalogReport)> {
         let store: Arc<dyn ObjectStore> = local.clone();
         let store = &store;
@@ -85,7 +99,13 @@ impl Catalog {
                 tracing::warn!(dir = %dir.display(), %reason, files = listed.len(), "rebuilding the catalog from the Parquet files");
                 let mut entries = Vec::with_capacity(listed.len());
                 for (path, size) in &listed {
-                    entries.push(read_footer(store, path, *size).await?);
+                    match read_footer(store, path, *size).await {
+                        Ok(meta) => entries.push(meta),
+                        Err(e) => {
+                            quarantine(local, quarantine_dir, path, &e.to_string())?;
+                            report.quarantined.push(path.clone());
+                        }
+                    }
                 }
                 reset_dir(dir)?;
                 let catalog = open_sled(dir)?;
@@ -94,11 +114,22 @@ impl Catalog {
             }
         };
         let (complete, incomplete) = split_incomplete(entries);
+        let damaged = !report.quarantined.is_empty();
         for meta in &incomplete {
-            tracing::warn!(path = %meta.path, "deleting a file of an incompletely written segment; the log replays it");
-            store.delete(&ObjectPath::from(meta.path.as_str())).await?;
+            if damaged {
+                quarantine(
+                    local,
+                    quarantine_dir,
+                    &meta.path,
+                    "its segment is incomplete and another file was unreadable",
+                )?;
+                report.quarantined.push(meta.path.clone());
+            } else {
+                tracing::warn!(path = %meta.path, "deleting a file of an incompletely written segment; the log replays it");
+                store.delete(&ObjectPath::from(meta.path.as_str())).await?;
+                report.incomplete_files_deleted.push(meta.path.clone());
+            }
             catalog.remove(&meta.path)?;
-            report.incomplete_files_deleted.push(meta.path.clone());
         }
         report.files = complete.len();
         Ok((catalog, complete, report))
@@ -190,6 +221,51 @@ async fn list_files(
         }
     }
     Ok(files)
+}
+
+/// Moves an unreadable file out of the store to the same relative path under
+/// `quarantine_dir` (never over an earlier copy), loudly. No fsync: if a power loss
+/// undoes the move, the next start finds the file unreadable again and moves it again.
+fn quarantine(
+    local: &LocalFileSystem,
+    quarantine_dir: &Path,
+    path: &str,
+    reason: &str,
+) -> Result<()> {
+    let object = ObjectPath::from(path);
+    let from = local.path_to_filesystem(&object)?;
+    let relative: PathBuf = object.parts().map(|p| p.as_ref().to_string()).collect();
+    let mut to = quarantine_dir.join(&relative);
+    for copy in 1..=QUARANTINE_COPIES_MAX {
+        if !to.exists() {
+            break;
+        }
+        if copy == QUARANTINE_COPIES_MAX {
+            return Err(Error::Corrupt {
+                path: path.to_string(),
+                reason: format!(
+                    "cannot quarantine ({reason}): {QUARANTINE_COPIES_MAX} copies already in {}",
+                    quarantine_dir.display()
+                ),
+            });
+        }
+        to = quarantine_dir.join(format!("{}.{copy}", relative.display()));
+    }
+    let io = |at: &Path| {
+        let at = at.to_path_buf();
+        move |source| Error::Io { path: at, source }
+    };
+    if let Some(parent) = to.parent() {
+        std::fs::create_dir_all(parent).map_err(io(parent))?;
+    }
+    std::fs::rename(&from, &to).map_err(io(&from))?;
+    tracing::error!(
+        path,
+        reason,
+        moved_to = %to.display(),
+        "quarantined an unreadable Parquet file; its rows are still in the log or on other replicas"
+    );
+    Ok(())
 }
 
 /// Why the catalog's entries and the files disagree, if they do.
@@ -328,4 +404,9 @@ fn split_incomplete(entries: Vec<FileMeta>) -> (Vec<FileMeta>, Vec<FileMeta>) {
 /// The directory of the catalog inside the storage directory.
 pub fn catalog_dir(storage_dir: &Path) -> PathBuf {
     storage_dir.join("catalog")
+}
+
+/// Where unreadable Parquet files are moved, inside the storage directory.
+pub fn quarantine_dir(storage_dir: &Path) -> PathBuf {
+    storage_dir.join("quarantine")
 }

@@ -19,7 +19,7 @@ use object_store::ObjectStore;
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::{catalog_dir, read_staged_footer, Catalog, CatalogReport};
+use crate::catalog::{catalog_dir, quarantine_dir, read_staged_footer, Catalog, CatalogReport};
 use crate::durable::{create_dir_all_durably, install_file_durably, replace_file_durably};
 use crate::error::{Error, Result};
 use crate::ids::{validate_database_name, LogIndex};
@@ -153,8 +153,12 @@ impl Storage {
         create_dir_all_durably(&parquet_dir)?;
         let local = Arc::new(LocalFileSystem::new_with_prefix(&parquet_dir)?);
         let store: Arc<dyn ObjectStore> = local.clone();
-        let (catalog, files, catalog_report) =
-            Catalog::open(&catalog_dir(&config.dir), &local).await?;
+        let (catalog, files, catalog_report) = Catalog::open(
+            &catalog_dir(&config.dir),
+            &local,
+            &quarantine_dir(&config.dir),
+        )
+        .await?;
         let mut states: BTreeMap<TableKey, TableState> = BTreeMap::new();
         for meta in files {
             let key = TableKey::new(meta.database.clone(), meta.measurement.clone());

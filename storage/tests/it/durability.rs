@@ -1,5 +1,5 @@
-//! What a crash leaves behind: files written durably, temporary files cleaned up,
-//! files from peers checked before they take a final name.
+//! What a crash or a damaged disk leaves behind: files written durably, temporary files
+//! cleaned up, unreadable files quarantined instead of stopping the node.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -90,6 +90,59 @@ async fn flushed_files_leave_no_temporary_files() {
     let files = write_segments(&s, 3).await;
     let expected: Vec<String> = files.iter().map(|f| f.path.clone()).collect();
     assert_eq!(files_under(&dir.path().join("parquet")), expected);
+}
+
+/// A node whose catalog had to be rebuilt refused to start when one footer could not
+/// be read (`read_footer(..)?` aborted `Catalog::open`).
+#[tokio::test]
+async fn unreadable_parquet_file_is_quarantined_and_the_node_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = {
+        let s = open(dir.path()).await;
+        write_segments(&s, 3).await
+    };
+    // A power loss truncated one file; another file is not Parquet at all; a crash left
+    // a temporary file.
+    let truncated = &files[1];
+    let bytes = std::fs::read(on_disk(dir.path(), truncated)).unwrap();
+    std::fs::write(on_disk(dir.path(), truncated), &bytes[..bytes.len() / 2]).unwrap();
+    let garbage = "data/db/cpu/1970-01-01/00/00000000000000000090-00000000000000000091.parquet";
+    std::fs::write(dir.path().join("parquet").join(garbage), b"not parquet").unwrap();
+    let temp = format!("{}.tmp", files[0].path);
+    std::fs::write(dir.path().join("parquet").join(&temp), b"partial").unwrap();
+
+    let s = open(dir.path()).await;
+    let report = &s.open_report().catalog;
+    assert!(report.rebuilt_because.is_some());
+    let mut quarantined = report.quarantined.clone();
+    quarantined.sort();
+    let mut expected = vec![garbage.to_string(), truncated.path.clone()];
+    expected.sort();
+    assert_eq!(quarantined, expected);
+    assert_eq!(report.temp_files_removed, [temp]);
+    assert!(report.incomplete_files_deleted.is_empty());
+
+    // The readable files are kept and queryable; the others wait in quarantine.
+    let kept: Vec<String> = s.files().iter().map(|f| f.path.clone()).collect();
+    let mut expected_kept = vec![files[0].path.clone(), files[2].path.clone()];
+    expected_kept.sort();
+    let mut kept_sorted = kept.clone();
+    kept_sorted.sort();
+    assert_eq!(kept_sorted, expected_kept);
+    let table = s.table("db", "cpu").unwrap();
+    assert_eq!(table.files.iter().map(|f| f.rows).sum::<u64>(), 2);
+    assert_eq!(files_under(&dir.path().join("quarantine")), expected);
+    assert_eq!(
+        std::fs::read(dir.path().join("quarantine").join(&truncated.path)).unwrap(),
+        &bytes[..bytes.len() / 2]
+    );
+
+    // The next start finds a consistent catalog and quarantines nothing more.
+    drop(s);
+    let s = open(dir.path()).await;
+    assert_eq!(s.open_report().catalog.rebuilt_because, None);
+    assert!(s.open_report().catalog.quarantined.is_empty());
+    assert_eq!(s.files().len(), 2);
 }
 
 #[tokio::test]
