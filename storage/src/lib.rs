@@ -2,10 +2,8 @@
 //!
 //! It decodes MessagePack and line protocol into validated Arrow batches, keeps the
 //! in-memory buffer per (database, measurement), freezes it into segments when a flush
-//! entry is applied, writes segments as Parquet files (read back through `object_store`),
-//! and keeps the sled catalog that indexes those files. Every file that must never be
-//! found half-written (Parquet, snapshots, the Raft vote) is replaced through one
-//! routine, [`replace_file_durably`]. It knows nothing of Raft: callers hand it log
+//! entry is applied, writes segments as Parquet through `object_store`, and keeps the
+//! sled catalog that indexes those files. It knows nothing of Raft: callers hand it log
 //! indexes and it records them, so that the log and the files together are the truth.
 #![deny(missing_docs)]
 
