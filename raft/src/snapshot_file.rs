@@ -1,20 +1,25 @@
 //! Snapshot files: `snapshots/{last_index:020}-{term:020}.snap` in the data directory.
 //!
 //! Layout: `magic "QVSNAP01" | meta_len u32 LE | SnapshotMeta JSON | memory image`
-//! (quiver-storage's format: Parquet manifest plus unwritten rows). Written to a
-//! temporary name, fsynced, renamed, directory fsynced; only the newest is kept.
+//! (quiver-storage's format: Parquet manifest plus unwritten rows, streamed). Written
+//! through quiver-storage's [`replace_file_durably`] (temporary file, fsync, rename,
+//! directory fsync); only the newest is kept. The metadata is held to
+//! [`META_BYTES_MAX`] on both sides.
 
 use std::fs;
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
-use quiver_storage::{read_image, write_image, MemoryImage};
+use quiver_storage::{
+    read_image, remove_stale_temp_files, replace_file_durably, write_image, MemoryImage,
+};
 
 use crate::types::SnapshotMeta;
 
 const MAGIC: &[u8; 8] = b"QVSNAP01";
-/// Largest metadata block accepted, in bytes.
-const META_BYTES_MAX: u32 = 16 * 1024 * 1024;
+/// Largest metadata block (the `SnapshotMeta` JSON), in bytes; the writer refuses more,
+/// the reader reads no more. Membership of a few voters is a few hundred bytes.
+pub(crate) const META_BYTES_MAX: u32 = 16 * 1024 * 1024;
 
 /// Why a snapshot file could not be written or read.
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +32,33 @@ pub enum SnapshotFileError {
         /// Cause.
         source: std::io::Error,
     },
+    /// The memory image inside could not be written or read.
+    #[error("{path}: {source}")]
+    Image {
+        /// File.
+        path: PathBuf,
+        /// Cause.
+        source: quiver_storage::Error,
+    },
+    /// Replacing the file failed (temporary file, fsync, rename).
+    #[error(transparent)]
+    Replace(#[from] quiver_storage::Error),
+    /// The metadata could not be encoded or decoded.
+    #[error("{path}: snapshot metadata: {source}")]
+    Meta {
+        /// File.
+        path: PathBuf,
+        /// Cause.
+        source: serde_json::Error,
+    },
+    /// The metadata is larger than a reader accepts.
+    #[error("{path}: snapshot metadata of {bytes} bytes, at most {META_BYTES_MAX} allowed")]
+    MetaTooLarge {
+        /// File.
+        path: PathBuf,
+        /// Size of the metadata.
+        bytes: usize,
+    },
     /// The file is not a valid snapshot.
     #[error("{path}: {reason}")]
     Corrupt {
@@ -36,7 +68,6 @@ pub enum SnapshotFileError {
         reason: String,
     },
 }
-
 fn io(path: &Path) -> impl Fn(std::io::Error) -> SnapshotFileError + '_ {
     move |source| SnapshotFileError::Io {
         path: path.to_path_buf(),
@@ -63,44 +94,41 @@ pub fn write_snapshot(
     meta: &SnapshotMeta,
     image: &MemoryImage,
 ) -> Result<PathBuf, SnapshotFileError> {
-    fs::create_dir_all(dir).map_err(io(dir))?;
     let path = dir.join(file_name(meta));
-    let tmp = path.with_extension("tmp");
-    {
-        let file = fs::File::create(&tmp).map_err(io(&tmp))?;
-        let mut w = BufWriter::with_capacity(1 << 20, file);
-        let meta_json = serde_json::to_vec(meta).map_err(|e| SnapshotFileError::Corrupt {
-            path: tmp.clone(),
-            reason: e.to_string(),
-        })?;
-        w.write_all(MAGIC).map_err(io(&tmp))?;
-        w.write_all(&(meta_json.len() as u32).to_le_bytes())
-            .map_err(io(&tmp))?;
-        w.write_all(&meta_json).map_err(io(&tmp))?;
-        write_image(image, &mut w).map_err(|e| SnapshotFileError::Corrupt {
-            path: tmp.clone(),
-            reason: e.to_string(),
-        })?;
-        let file = w.into_inner().map_err(|e| SnapshotFileError::Io {
-            path: tmp.clone(),
-            source: e.into_error(),
-        })?;
-        file.sync_all().map_err(io(&tmp))?;
+    let meta_json = serde_json::to_vec(meta).map_err(|source| SnapshotFileError::Meta {
+        path: path.clone(),
+        source,
+    })?;
+    if meta_json.len() > META_BYTES_MAX as usize {
+        return Err(SnapshotFileError::MetaTooLarge {
+            path,
+            bytes: meta_json.len(),
+        });
     }
-    install_file(dir, &tmp, &path)?;
+    replace_file_durably(&path, |w| -> Result<(), SnapshotFileError> {
+        w.write_all(MAGIC).map_err(io(&path))?;
+        w.write_all(&(meta_json.len() as u32).to_le_bytes())
+            .map_err(io(&path))?;
+        w.write_all(&meta_json).map_err(io(&path))?;
+        write_image(image, w).map_err(|source| SnapshotFileError::Image {
+            path: path.clone(),
+            source,
+        })
+    })?;
+    remove_others(dir, &path)?;
     Ok(path)
 }
 
-/// Moves a complete snapshot file into place and removes every other snapshot.
-pub fn install_file(dir: &Path, from: &Path, to: &Path) -> Result<(), SnapshotFileError> {
-    fs::rename(from, to).map_err(io(to))?;
-    fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io(dir))?;
+/// Removes every snapshot but `keep`, and temporary files crashes left behind (not
+/// those of snapshots being written right now).
+fn remove_others(dir: &Path, keep: &Path) -> Result<(), SnapshotFileError> {
+    for removed in remove_stale_temp_files(dir)? {
+        tracing::info!(path = %removed.display(), "removed the temporary file of an interrupted snapshot");
+    }
     for entry in fs::read_dir(dir).map_err(io(dir))? {
         let entry = entry.map_err(io(dir))?;
         let p = entry.path();
-        if p != to && p.extension().is_some_and(|e| e == "snap") {
+        if p != keep && p.extension().is_some_and(|e| e == "snap") {
             if let Err(e) = fs::remove_file(&p) {
                 tracing::warn!(path = %p.display(), error = %e, "could not delete an old snapshot");
             }
@@ -148,7 +176,10 @@ fn read_meta_from(path: &Path, r: &mut impl Read) -> Result<SnapshotMeta, Snapsh
     }
     let mut meta = vec![0u8; len as usize];
     r.read_exact(&mut meta).map_err(io(path))?;
-    serde_json::from_slice(&meta).map_err(|e| corrupt(e.to_string()))
+    serde_json::from_slice(&meta).map_err(|source| SnapshotFileError::Meta {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Reads a snapshot from an open file positioned at its start.
@@ -158,9 +189,9 @@ pub fn read_snapshot_from(
     let path = PathBuf::from("<received snapshot>");
     let mut r = BufReader::with_capacity(1 << 20, file);
     let meta = read_meta_from(&path, &mut r)?;
-    let image = read_image(&mut r).map_err(|e| SnapshotFileError::Corrupt {
+    let image = read_image(&mut r).map_err(|source| SnapshotFileError::Image {
         path: path.clone(),
-        reason: e.to_string(),
+        source,
     })?;
     Ok((meta, image))
 }
@@ -169,9 +200,127 @@ pub fn read_snapshot_from(
 pub fn read_snapshot(path: &Path) -> Result<(SnapshotMeta, MemoryImage), SnapshotFileError> {
     let mut r = BufReader::with_capacity(1 << 20, fs::File::open(path).map_err(io(path))?);
     let meta = read_meta_from(path, &mut r)?;
-    let image = read_image(&mut r).map_err(|e| SnapshotFileError::Corrupt {
+    let image = read_image(&mut r).map_err(|source| SnapshotFileError::Image {
         path: path.to_path_buf(),
-        reason: e.to_string(),
+        source,
     })?;
     Ok((meta, image))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::time::Instant;
+
+    use openraft::{BasicNode, CommittedLeaderId, LogId, Membership, StoredMembership};
+    use quiver_storage::{
+        parquet_path, ColumnKind, ColumnMeta, FieldType, FileMeta, LogIndex, TimestampNs,
+    };
+
+    use super::*;
+
+    fn meta_at(index: u64) -> SnapshotMeta {
+        let log_id = LogId::new(CommittedLeaderId::new(3, 1), index);
+        let nodes: BTreeMap<u64, BasicNode> = (1..=3)
+            .map(|id| (id, BasicNode::new(format!("10.0.0.{id}:8080"))))
+            .collect();
+        let voters: BTreeSet<u64> = nodes.keys().copied().collect();
+        SnapshotMeta {
+            last_log_id: Some(log_id),
+            last_membership: StoredMembership::new(
+                Some(log_id),
+                Membership::new(vec![voters], nodes),
+            ),
+            snapshot_id: format!("3-{index}-1"),
+        }
+    }
+
+    /// A file description the size of a real one.
+    fn file_meta(i: u64) -> FileMeta {
+        let hour =
+            TimestampNs(1_700_000_000_000_000_000 + (i as i64 % 5_000) * TimestampNs::HOUR_NS);
+        let (log_first, log_last) = (LogIndex(i * 10 + 1), LogIndex(i * 10 + 10));
+        FileMeta {
+            version: 1,
+            path: parquet_path("telemetry", "cpu", hour, log_first, log_last),
+            database: "telemetry".into(),
+            measurement: "cpu".into(),
+            rows: 10_000 + i,
+            time_min: hour,
+            time_max: TimestampNs(hour.0 + TimestampNs::HOUR_NS - 1),
+            log_first,
+            log_last,
+            segment_files: 1,
+            columns: vec![
+                ColumnMeta::new("time", ColumnKind::Time),
+                ColumnMeta::new("host", ColumnKind::Tag),
+                ColumnMeta::new("region", ColumnKind::Tag),
+                ColumnMeta::new("usage_idle", ColumnKind::Field(FieldType::Float)),
+                ColumnMeta::new("usage_user", ColumnKind::Field(FieldType::Float)),
+                ColumnMeta::new("usage_system", ColumnKind::Field(FieldType::Float)),
+            ],
+            size_bytes: 1_000_000 + i,
+        }
+    }
+
+    /// The node of the bug had ~2,400 files; its snapshot's manifest was one 1 MiB+
+    /// frame header the reader refused, so it could not start once its log was purged.
+    #[test]
+    fn manifest_of_100k_files_survives_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let files: Vec<FileMeta> = (0..100_000).map(file_meta).collect();
+        let image = MemoryImage {
+            tables: Vec::new(),
+            files: files.clone(),
+        };
+        let meta = meta_at(1_000_000);
+        let started = Instant::now();
+        let path = write_snapshot(dir.path(), &meta, &image).unwrap();
+        let written = started.elapsed();
+        let bytes = fs::metadata(&path).unwrap().len();
+        let started = Instant::now();
+        let (meta_back, image_back) = read_snapshot(&path).unwrap();
+        let read = started.elapsed();
+        eprintln!(
+            "snapshot of {} files: {bytes} bytes, written (with fsync) in {written:?}, read in {read:?}",
+            files.len()
+        );
+        assert_eq!(meta_back, meta);
+        assert_eq!(image_back.files, files);
+        assert_eq!(latest_snapshot(dir.path()).unwrap(), Some(path));
+    }
+
+    #[test]
+    fn a_new_snapshot_replaces_the_old_and_leaves_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        // A crash left a temporary file behind.
+        fs::write(
+            dir.path()
+                .join("00000000000000000001-00000000000000000001.snap.tmp"),
+            b"x",
+        )
+        .unwrap();
+        let image = MemoryImage::default();
+        let first = write_snapshot(dir.path(), &meta_at(5), &image).unwrap();
+        let second = write_snapshot(dir.path(), &meta_at(9), &image).unwrap();
+        assert_ne!(first, second);
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(names, std::slice::from_ref(&second));
+        assert_eq!(read_meta(&second).unwrap(), meta_at(9));
+    }
+
+    #[test]
+    fn oversized_metadata_is_refused_by_the_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut meta = meta_at(5);
+        meta.snapshot_id = "x".repeat(META_BYTES_MAX as usize);
+        assert!(matches!(
+            write_snapshot(dir.path(), &meta, &MemoryImage::default()),
+            Err(SnapshotFileError::MetaTooLarge { .. })
+        ));
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
 }

@@ -5,6 +5,13 @@
 //! store, the catalog is rebuilt from the footers and the node says so. Files of a
 //! segment whose sibling files are missing (a crash mid-flush) are deleted: the log
 //! still holds their rows and the flush is replayed.
+//!
+//! A file whose footer cannot be read during a rebuild (damaged, not Quiver's, another
+//! format version, or naming another path) does not stop the node: it is moved to
+//! `quarantine/` beside the catalog, with an error naming it, and reported. Its rows are
+//! still in the log or on the other replicas. While anything is quarantined, files of
+//! incomplete segments are quarantined too rather than deleted, since their siblings may
+//! be the damaged ones rather than unwritten ones.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -13,17 +20,21 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::{FutureExt, TryStreamExt};
+use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::arrow::async_reader::MetadataFetch;
 use parquet::errors::ParquetError;
-use parquet::file::metadata::ParquetMetaDataReader;
+use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 
+use crate::durable::{remove_if_stale_temp, TEMP_SUFFIX};
 use crate::error::{Error, Result};
 use crate::meta::{FileMeta, FILE_META_KEY, FILE_META_VERSION};
 use crate::paths::DATA_PREFIX;
 
 const FILES_TREE: &str = "files";
+/// Most quarantined copies of one path kept side by side (`x.parquet`, `x.parquet.1`...).
+const QUARANTINE_COPIES_MAX: u32 = 100;
 
 /// What opening the catalog found; surfaced in logs and tests.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -32,6 +43,11 @@ pub struct CatalogReport {
     pub rebuilt_because: Option<String>,
     /// Files of incomplete segments that were deleted.
     pub incomplete_files_deleted: Vec<String>,
+    /// Files that could not be read while rebuilding, moved to the quarantine
+    /// directory (object paths, as they were in the store).
+    pub quarantined: Vec<String>,
+    /// Temporary files of interrupted writes that were removed.
+    pub temp_files_removed: Vec<String>,
     /// Files listed.
     pub files: usize,
 }
@@ -43,14 +59,18 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    /// Opens the catalog in `dir`, checks it against the files in `store`, and rebuilds
-    /// it when needed. Returns every complete file's metadata.
+    /// Opens the catalog in `dir`, checks it against the files in `local`, and rebuilds
+    /// it when needed, moving unreadable files to `quarantine_dir`. Returns every
+    /// complete file's metadata.
     pub async fn open(
         dir: &Path,
-        store: &Arc<dyn ObjectStore>,
+        local: &Arc<LocalFileSystem>,
+        quarantine_dir: &Path,
     ) -> Result<(Catalog, Vec<FileMeta>, CatalogReport)> {
-        let listed = list_files(store).await?;
+        let store: Arc<dyn ObjectStore> = local.clone();
+        let store = &store;
         let mut report = CatalogReport::default();
+        let listed = list_files(local, &mut report).await?;
         let existing = match open_sled(dir) {
             Ok(catalog) => match catalog.read_all() {
                 Ok(entries) => match agree(&entries, &listed) {
@@ -79,7 +99,13 @@ impl Catalog {
                 tracing::warn!(dir = %dir.display(), %reason, files = listed.len(), "rebuilding the catalog from the Parquet files");
                 let mut entries = Vec::with_capacity(listed.len());
                 for (path, size) in &listed {
-                    entries.push(read_footer(store, path, *size).await?);
+                    match read_footer(store, path, *size).await {
+                        Ok(meta) => entries.push(meta),
+                        Err(e) => {
+                            quarantine(local, quarantine_dir, path, &e.to_string())?;
+                            report.quarantined.push(path.clone());
+                        }
+                    }
                 }
                 reset_dir(dir)?;
                 let catalog = open_sled(dir)?;
@@ -88,11 +114,22 @@ impl Catalog {
             }
         };
         let (complete, incomplete) = split_incomplete(entries);
+        let damaged = !report.quarantined.is_empty();
         for meta in &incomplete {
-            tracing::warn!(path = %meta.path, "deleting a file of an incompletely written segment; the log replays it");
-            store.delete(&ObjectPath::from(meta.path.as_str())).await?;
+            if damaged {
+                quarantine(
+                    local,
+                    quarantine_dir,
+                    &meta.path,
+                    "its segment is incomplete and another file was unreadable",
+                )?;
+                report.quarantined.push(meta.path.clone());
+            } else {
+                tracing::warn!(path = %meta.path, "deleting a file of an incompletely written segment; the log replays it");
+                store.delete(&ObjectPath::from(meta.path.as_str())).await?;
+                report.incomplete_files_deleted.push(meta.path.clone());
+            }
             catalog.remove(&meta.path)?;
-            report.incomplete_files_deleted.push(meta.path.clone());
         }
         report.files = complete.len();
         Ok((catalog, complete, report))
@@ -162,15 +199,73 @@ fn reset_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Every Parquet file under the data prefix, with its size.
-async fn list_files(store: &Arc<dyn ObjectStore>) -> Result<BTreeMap<String, u64>> {
+/// Every Parquet file under the data prefix, with its size. Removes the temporary
+/// files of writes a crash interrupted (`{name}.parquet.tmp`) on the way.
+async fn list_files(
+    local: &Arc<LocalFileSystem>,
+    report: &mut CatalogReport,
+) -> Result<BTreeMap<String, u64>> {
     let prefix = ObjectPath::from(DATA_PREFIX);
-    let objects: Vec<object_store::ObjectMeta> = store.list(Some(&prefix)).try_collect().await?;
-    Ok(objects
-        .into_iter()
-        .filter(|o| o.location.as_ref().ends_with(".parquet"))
-        .map(|o| (o.location.to_string(), o.size))
-        .collect())
+    let objects: Vec<object_store::ObjectMeta> = local.list(Some(&prefix)).try_collect().await?;
+    let mut files = BTreeMap::new();
+    for object in objects {
+        let path = object.location.as_ref();
+        if path.ends_with(".parquet") {
+            files.insert(path.to_string(), object.size);
+        } else if path.ends_with(&format!(".parquet{TEMP_SUFFIX}")) {
+            let on_disk = local.path_to_filesystem(&object.location)?;
+            if remove_if_stale_temp(&on_disk)? {
+                tracing::info!(path, "removed the temporary file of an interrupted write");
+                report.temp_files_removed.push(path.to_string());
+            }
+        }
+    }
+    Ok(files)
+}
+
+/// Moves an unreadable file out of the store to the same relative path under
+/// `quarantine_dir` (never over an earlier copy), loudly. No fsync: if a power loss
+/// undoes the move, the next start finds the file unreadable again and moves it again.
+fn quarantine(
+    local: &LocalFileSystem,
+    quarantine_dir: &Path,
+    path: &str,
+    reason: &str,
+) -> Result<()> {
+    let object = ObjectPath::from(path);
+    let from = local.path_to_filesystem(&object)?;
+    let relative: PathBuf = object.parts().map(|p| p.as_ref().to_string()).collect();
+    let mut to = quarantine_dir.join(&relative);
+    for copy in 1..=QUARANTINE_COPIES_MAX {
+        if !to.exists() {
+            break;
+        }
+        if copy == QUARANTINE_COPIES_MAX {
+            return Err(Error::Corrupt {
+                path: path.to_string(),
+                reason: format!(
+                    "cannot quarantine ({reason}): {QUARANTINE_COPIES_MAX} copies already in {}",
+                    quarantine_dir.display()
+                ),
+            });
+        }
+        to = quarantine_dir.join(format!("{}.{copy}", relative.display()));
+    }
+    let io = |at: &Path| {
+        let at = at.to_path_buf();
+        move |source| Error::Io { path: at, source }
+    };
+    if let Some(parent) = to.parent() {
+        std::fs::create_dir_all(parent).map_err(io(parent))?;
+    }
+    std::fs::rename(&from, &to).map_err(io(&from))?;
+    tracing::error!(
+        path,
+        reason,
+        moved_to = %to.display(),
+        "quarantined an unreadable Parquet file; its rows are still in the log or on other replicas"
+    );
+    Ok(())
 }
 
 /// Why the catalog's entries and the files disagree, if they do.
@@ -208,6 +303,24 @@ pub(crate) async fn read_footer(
     let metadata = ParquetMetaDataReader::new()
         .load_and_finish(fetch, size)
         .await?;
+    file_meta_of(&metadata, path, size)
+}
+
+/// Reads the self-description of a file outside the store (one received from a peer,
+/// before it is moved in), expected to belong at object path `path`.
+pub(crate) fn read_staged_footer(file: &Path, path: &str) -> Result<FileMeta> {
+    let io = |source| Error::Io {
+        path: file.to_path_buf(),
+        source,
+    };
+    let opened = std::fs::File::open(file).map_err(io)?;
+    let size = opened.metadata().map_err(io)?.len();
+    let metadata = ParquetMetaDataReader::new().parse_and_finish(&opened)?;
+    file_meta_of(&metadata, path, size)
+}
+
+/// Checks and returns the [`FileMeta`] a footer carries for the file at `path`.
+fn file_meta_of(metadata: &ParquetMetaData, path: &str, size: u64) -> Result<FileMeta> {
     let value = metadata
         .file_metadata()
         .key_value_metadata()
@@ -291,4 +404,9 @@ fn split_incomplete(entries: Vec<FileMeta>) -> (Vec<FileMeta>, Vec<FileMeta>) {
 /// The directory of the catalog inside the storage directory.
 pub fn catalog_dir(storage_dir: &Path) -> PathBuf {
     storage_dir.join("catalog")
+}
+
+/// Where unreadable Parquet files are moved, inside the storage directory.
+pub fn quarantine_dir(storage_dir: &Path) -> PathBuf {
+    storage_dir.join("quarantine")
 }

@@ -44,6 +44,17 @@ pub enum Error {
     /// The sled catalog failed; callers rebuild it from the Parquet files.
     #[error("catalog: {0}")]
     Catalog(String),
+    /// Something to be written is larger than its reader accepts, so it is refused
+    /// before it is written (the same bound applies on both sides).
+    #[error("{what}: {size} is more than the {size_max} allowed")]
+    TooLarge {
+        /// What was too large, with the unit of its size ("frame header, in bytes").
+        what: String,
+        /// Its size.
+        size: u64,
+        /// The bound, shared by writer and reader.
+        size_max: u64,
+    },
     /// A file that storage wrote earlier no longer reads back as written.
     #[error("corrupt file {path}: {reason}")]
     Corrupt {

@@ -8,6 +8,7 @@
 #![deny(missing_docs)]
 
 mod catalog;
+mod durable;
 mod error;
 mod ids;
 mod image;
@@ -24,6 +25,10 @@ mod table;
 mod table_state;
 
 pub use catalog::CatalogReport;
+pub use durable::{
+    create_dir_all_durably, install_file_durably, remove_stale_temp_files, replace_file_atomically,
+    replace_file_durably,
+};
 pub use error::{Error, Result};
 pub use ids::{
     validate_database_name, validate_measurement_name, LogIndex, TimestampNs,

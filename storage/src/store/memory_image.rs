@@ -1,0 +1,122 @@
+//! The rows not yet in Parquet, as a snapshot captures and restores them.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::{Storage, TableKey};
+use crate::error::Result;
+use crate::meta::FileMeta;
+use crate::table_state::{Buffered, Frozen};
+
+impl Storage {
+    /// Rows not yet in Parquet and the list of files, captured per table under its lock
+    /// so a segment written meanwhile is in one or the other, never in neither (cheap:
+    /// batches are shared, not copied).
+    pub fn memory_image(&self) -> MemoryImage {
+        let tables = self.tables.read();
+        let mut out = Vec::new();
+        let mut files = Vec::new();
+        for (key, table) in tables.iter() {
+            let state = table.state.read();
+            files.extend(state.files.iter().cloned());
+            if state.frozen.is_empty() && state.active.is_empty() {
+                continue;
+            }
+            out.push(TableImage {
+                key: key.clone(),
+                frozen: state.frozen.iter().cloned().collect(),
+                active: state.active.clone(),
+            });
+        }
+        MemoryImage { tables: out, files }
+    }
+
+    /// Every Parquet file, for a snapshot's manifest.
+    pub fn files(&self) -> Vec<FileMeta> {
+        let tables = self.tables.read();
+        tables
+            .values()
+            .flat_map(|t| t.state.read().files.clone())
+            .collect()
+    }
+
+    /// Drops every unwritten row (before installing a snapshot that replaces them).
+    pub fn reset_memory(&self) {
+        for table in self.tables.read().values() {
+            let mut state = table.state.write();
+            state.active.clear();
+            state.active_rows = 0;
+            state.active_bytes = 0;
+            state.active_since = None;
+            state.frozen.clear();
+            state.frozen_through = state.flushed_through;
+        }
+        self.memory_bytes.store(0, Ordering::Relaxed);
+    }
+
+    /// Puts a snapshot's unwritten rows back, skipping what the files already hold
+    /// (segments written after the snapshot was taken). Call before replaying the log.
+    pub fn restore_memory(&self, image: MemoryImage) -> Result<()> {
+        let now = Instant::now();
+        let mut frozen_any = false;
+        for TableImage {
+            key,
+            frozen,
+            active,
+        } in image.tables
+        {
+            let table = self.table(&key);
+            let mut state = table.state.write();
+            for segment in frozen {
+                if segment.log_last <= state.frozen_through {
+                    continue;
+                }
+                if let Some(grown) = state.schema.merge(&key.measurement, &segment.schema)? {
+                    state.schema = grown;
+                }
+                self.memory_bytes
+                    .fetch_add(segment.bytes, Ordering::Relaxed);
+                state.frozen_through = segment.log_last;
+                state.frozen.push_back(segment);
+                frozen_any = true;
+            }
+            for buffered in active {
+                if state.holds(buffered.index) {
+                    continue;
+                }
+                if let Some(grown) = state
+                    .schema
+                    .merge(&key.measurement, &buffered.batch.schema())?
+                {
+                    state.schema = grown;
+                }
+                let bytes = state.append(buffered.index, buffered.batch, now);
+                self.memory_bytes.fetch_add(bytes, Ordering::Relaxed);
+            }
+        }
+        if frozen_any {
+            self.frozen_wakeup.notify_one();
+        }
+        Ok(())
+    }
+}
+
+/// Rows in memory across all tables, as a snapshot carries them.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryImage {
+    /// Tables with unwritten rows.
+    pub tables: Vec<TableImage>,
+    /// Every Parquet file at capture time (the snapshot's manifest).
+    pub files: Vec<FileMeta>,
+}
+
+/// One table's unwritten rows.
+#[derive(Debug, Clone)]
+pub struct TableImage {
+    /// The table.
+    pub key: TableKey,
+    /// Frozen segments, oldest first.
+    pub frozen: Vec<Frozen>,
+    /// Live buffer, in log order.
+    pub active: Vec<Buffered>,
+}

@@ -1,0 +1,286 @@
+//! [`Storage`]: the tables of one node, applying log entries and writing Parquet.
+//!
+//! The state machine calls [`Storage::apply_write`] and [`Storage::apply_flush`] in log
+//! order; both are deterministic, so every replica holds the same rows at every index.
+//! A background task calls [`Storage::persist_next`] to turn frozen segments into
+//! Parquet files. Queries read through [`TableSource`](crate::TableSource).
+//!
+//! One file per job: this one holds the types and opening; `apply` the log entries,
+//! `persist` the Parquet writes, `memory_image` what snapshots carry, `source` what
+//! queries read.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+
+use arrow::record_batch::RecordBatch;
+use object_store::local::LocalFileSystem;
+use object_store::ObjectStore;
+use parking_lot::RwLock;
+use serde::{Deserialize, Serialize};
+
+use crate::catalog::{catalog_dir, quarantine_dir, Catalog, CatalogReport};
+use crate::durable::create_dir_all_durably;
+use crate::error::Result;
+use crate::parquet_encode::ParquetSettings;
+use crate::table_state::TableState;
+
+mod apply;
+mod memory_image;
+mod persist;
+mod source;
+
+pub use memory_image::{MemoryImage, TableImage};
+
+/// Storage settings (the `[storage]` section of the node's configuration).
+#[derive(Debug, Clone)]
+pub struct StorageConfig {
+    /// Directory for Parquet files and the catalog.
+    pub dir: PathBuf,
+    /// A table's live buffer is flushed once it holds this many rows.
+    pub flush_rows_max: usize,
+    /// ... or this many bytes.
+    pub flush_bytes_max: usize,
+    /// ... or its oldest row has waited this long.
+    pub flush_age_ms: u64,
+    /// Memory all buffers (live and frozen) may hold before writes are refused with
+    /// 503; flushes start at half of it.
+    pub memory_bytes_max: usize,
+    /// How Parquet is written.
+    pub parquet: ParquetSettings,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            dir: PathBuf::from("quiver-data/storage"),
+            flush_rows_max: 2_000_000,
+            flush_bytes_max: 256 * 1024 * 1024,
+            flush_age_ms: 120_000,
+            memory_bytes_max: 2 * 1024 * 1024 * 1024,
+            parquet: ParquetSettings::default(),
+        }
+    }
+}
+
+/// A table's identity.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TableKey {
+    /// Database name.
+    pub database: String,
+    /// Measurement name.
+    pub measurement: String,
+}
+
+impl TableKey {
+    /// Builds a key.
+    pub fn new(database: impl Into<String>, measurement: impl Into<String>) -> Self {
+        TableKey {
+            database: database.into(),
+            measurement: measurement.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for TableKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.database, self.measurement)
+    }
+}
+
+/// What storage found when it opened, for logs and tests.
+#[derive(Debug, Clone, Default)]
+pub struct OpenReport {
+    /// The catalog's report.
+    pub catalog: CatalogReport,
+    /// Tables found in the files.
+    pub tables: usize,
+}
+
+/// Counts for `/metrics` and the measurements endpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StorageStats {
+    /// Rows in live buffers.
+    pub active_rows: usize,
+    /// Frozen segments not yet written.
+    pub frozen_segments: usize,
+    /// Bytes held by live and frozen rows.
+    pub memory_bytes: usize,
+    /// Parquet files.
+    pub files: usize,
+    /// Bytes of Parquet files.
+    pub file_bytes: u64,
+    /// Rows in Parquet files.
+    pub file_rows: u64,
+}
+
+/// One table's summary for `GET /api/v1/measurements`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableSummary {
+    /// The table.
+    pub key: TableKey,
+    /// Parquet files.
+    pub file_count: usize,
+    /// Bytes of Parquet files.
+    pub file_bytes: u64,
+    /// Rows in files and memory.
+    pub rows: u64,
+    /// Smallest time in files and memory, if any rows.
+    pub time_min: Option<i64>,
+    /// Largest time.
+    pub time_max: Option<i64>,
+}
+
+struct Table {
+    key: TableKey,
+    state: RwLock<TableState>,
+}
+
+/// See the module documentation.
+pub struct Storage {
+    config: StorageConfig,
+    store: Arc<dyn ObjectStore>,
+    local: Arc<LocalFileSystem>,
+    catalog: Catalog,
+    tables: RwLock<BTreeMap<TableKey, Arc<Table>>>,
+    memory_bytes: AtomicUsize,
+    frozen_wakeup: tokio::sync::Notify,
+    report: OpenReport,
+}
+
+impl Storage {
+    /// Opens storage in `config.dir`: checks or rebuilds the catalog and loads every
+    /// table's files. Buffers start empty; the caller restores them (snapshot, replay).
+    pub async fn open(config: StorageConfig) -> Result<Storage> {
+        let parquet_dir = config.dir.join("parquet");
+        create_dir_all_durably(&parquet_dir)?;
+        let local = Arc::new(LocalFileSystem::new_with_prefix(&parquet_dir)?);
+        let store: Arc<dyn ObjectStore> = local.clone();
+        let (catalog, files, catalog_report) = Catalog::open(
+            &catalog_dir(&config.dir),
+            &local,
+            &quarantine_dir(&config.dir),
+        )
+        .await?;
+        let mut states: BTreeMap<TableKey, TableState> = BTreeMap::new();
+        for meta in files {
+            let key = TableKey::new(meta.database.clone(), meta.measurement.clone());
+            states.entry(key).or_default().add_file(meta)?;
+        }
+        let mut tables = BTreeMap::new();
+        for (key, mut state) in states {
+            state.files.sort_by_key(|f| (f.log_last, f.time_min));
+            tables.insert(
+                key.clone(),
+                Arc::new(Table {
+                    key,
+                    state: RwLock::new(state),
+                }),
+            );
+        }
+        let report = OpenReport {
+            tables: tables.len(),
+            catalog: catalog_report,
+        };
+        Ok(Storage {
+            config,
+            store,
+            local,
+            catalog,
+            tables: RwLock::new(tables),
+            memory_bytes: AtomicUsize::new(0),
+            frozen_wakeup: tokio::sync::Notify::new(),
+            report,
+        })
+    }
+
+    /// What opening found.
+    pub fn open_report(&self) -> &OpenReport {
+        &self.report
+    }
+
+    /// The settings storage runs with.
+    pub fn config(&self) -> &StorageConfig {
+        &self.config
+    }
+
+    fn table(&self, key: &TableKey) -> Arc<Table> {
+        if let Some(t) = self.tables.read().get(key) {
+            return t.clone();
+        }
+        self.tables
+            .write()
+            .entry(key.clone())
+            .or_insert_with(|| {
+                Arc::new(Table {
+                    key: key.clone(),
+                    state: RwLock::new(TableState::default()),
+                })
+            })
+            .clone()
+    }
+
+    /// Counts for metrics.
+    pub fn stats(&self) -> StorageStats {
+        let mut stats = StorageStats {
+            memory_bytes: self.memory_bytes(),
+            ..Default::default()
+        };
+        for table in self.tables.read().values() {
+            let state = table.state.read();
+            stats.active_rows += state.active_rows;
+            stats.frozen_segments += state.frozen.len();
+            stats.files += state.files.len();
+            stats.file_bytes += state.files.iter().map(|f| f.size_bytes).sum::<u64>();
+            stats.file_rows += state.files.iter().map(|f| f.rows).sum::<u64>();
+        }
+        stats
+    }
+
+    /// Per-table summaries, optionally of one database.
+    pub fn summaries(&self, database: Option<&str>) -> Vec<TableSummary> {
+        let tables = self.tables.read();
+        tables
+            .iter()
+            .filter(|(k, _)| database.is_none_or(|d| k.database == d))
+            .map(|(key, table)| {
+                let state = table.state.read();
+                let mut time_min = state.files.iter().map(|f| f.time_min.0).min();
+                let mut time_max = state.files.iter().map(|f| f.time_max.0).max();
+                let mut rows: u64 = state.files.iter().map(|f| f.rows).sum();
+                for batch in state
+                    .frozen
+                    .iter()
+                    .flat_map(|f| f.batches.iter())
+                    .chain(state.active.iter().map(|b| &b.batch))
+                {
+                    rows += batch.num_rows() as u64;
+                    if let Some((lo, hi)) = batch_time_range(batch) {
+                        time_min = Some(time_min.map_or(lo, |t| t.min(lo)));
+                        time_max = Some(time_max.map_or(hi, |t| t.max(hi)));
+                    }
+                }
+                TableSummary {
+                    key: key.clone(),
+                    file_count: state.files.len(),
+                    file_bytes: state.files.iter().map(|f| f.size_bytes).sum(),
+                    rows,
+                    time_min,
+                    time_max,
+                }
+            })
+            .collect()
+    }
+}
+
+fn batch_time_range(batch: &RecordBatch) -> Option<(i64, i64)> {
+    use arrow::array::AsArray;
+    use arrow::datatypes::TimestampNanosecondType;
+    let time = batch
+        .column_by_name(crate::schema::TIME_COLUMN)?
+        .as_primitive_opt::<TimestampNanosecondType>()?;
+    let lo = time.values().iter().min()?;
+    let hi = time.values().iter().max()?;
+    Some((*lo, *hi))
+}

@@ -1,0 +1,173 @@
+//! Frozen segments to Parquet: the background writer's step, and files adopted from
+//! peers; both written durably before the catalog records them.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use object_store::path::Path as ObjectPath;
+
+use super::{Storage, TableKey};
+use crate::catalog::read_staged_footer;
+use crate::durable::{install_file_durably, replace_file_durably};
+use crate::error::{Error, Result};
+use crate::meta::FileMeta;
+use crate::parquet_encode::{encode_segment, SegmentSource};
+use crate::table_state::Frozen;
+
+impl Storage {
+    /// Waits until a segment may be waiting to be written.
+    pub async fn frozen_ready(&self) {
+        self.frozen_wakeup.notified().await
+    }
+
+    /// Whether any frozen segment waits to be written.
+    pub fn has_frozen(&self) -> bool {
+        self.tables
+            .read()
+            .values()
+            .any(|t| !t.state.read().frozen.is_empty())
+    }
+
+    /// Writes the oldest frozen segment as Parquet and records it. Returns false if
+    /// nothing was waiting. On error the segment stays in memory (still queryable) and
+    /// the caller retries: nothing is dropped.
+    pub async fn persist_next(&self) -> Result<bool> {
+        let next = {
+            let tables = self.tables.read();
+            tables
+                .values()
+                .filter_map(|t| {
+                    t.state
+                        .read()
+                        .frozen
+                        .front()
+                        .map(|f| (f.log_last, t.clone(), f.clone()))
+                })
+                .min_by_key(|(log_last, _, _)| *log_last)
+        };
+        let Some((_, table, segment)) = next else {
+            return Ok(false);
+        };
+        let started = Instant::now();
+        let files = self.write_segment(&table.key, &segment).await?;
+        self.catalog.insert(&files)?;
+        let released = table
+            .state
+            .write()
+            .segment_written(segment.log_last, files.clone());
+        self.memory_bytes
+            .fetch_sub(released.min(self.memory_bytes()), Ordering::Relaxed);
+        let bytes: u64 = files.iter().map(|f| f.size_bytes).sum();
+        metrics::counter!("quiver_flush_segments_total").increment(1);
+        metrics::counter!("quiver_flush_rows_total").increment(segment.rows as u64);
+        metrics::counter!("quiver_parquet_bytes_written_total").increment(bytes);
+        tracing::info!(table = %table.key, rows = segment.rows, files = files.len(), bytes,
+            log_first = segment.log_first.0, log_last = segment.log_last.0,
+            ms = started.elapsed().as_millis() as u64, "segment written");
+        Ok(true)
+    }
+
+    /// Encodes a segment and writes its files durably (each through a temporary file,
+    /// fsynced before it is renamed into place, then its directory fsynced), so a power
+    /// loss never leaves an empty or partial file under a final name.
+    async fn write_segment(&self, key: &TableKey, segment: &Frozen) -> Result<Vec<FileMeta>> {
+        let settings = self.config.parquet.clone();
+        let (database, measurement) = (key.database.clone(), key.measurement.clone());
+        let segment_owned = segment.clone();
+        let local = self.local.clone();
+        tokio::task::spawn_blocking(move || {
+            let source = SegmentSource {
+                database: &database,
+                measurement: &measurement,
+                schema: &segment_owned.schema,
+                batches: &segment_owned.batches,
+                log_first: segment_owned.log_first,
+                log_last: segment_owned.log_last,
+            };
+            let encoded = encode_segment(&source, &settings)?;
+            let mut metas = Vec::with_capacity(encoded.len());
+            for file in encoded {
+                let target =
+                    local.path_to_filesystem(&ObjectPath::from(file.meta.path.as_str()))?;
+                replace_file_durably(&target, |w| {
+                    w.write_all(&file.bytes).map_err(|source| Error::Io {
+                        path: target.clone(),
+                        source,
+                    })
+                })?;
+                metas.push(file.meta);
+            }
+            Ok(metas)
+        })
+        .await
+        .map_err(|e| Error::Catalog(format!("segment writer task failed: {e}")))?
+    }
+
+    /// Whether this node already holds the Parquet file `meta` describes.
+    pub fn has_file(&self, meta: &FileMeta) -> bool {
+        self.tables
+            .read()
+            .get(&TableKey::new(
+                meta.database.as_str(),
+                meta.measurement.as_str(),
+            ))
+            .is_some_and(|t| t.state.read().files.iter().any(|f| f.path == meta.path))
+    }
+
+    /// Where a file being received from a peer is staged: inside the storage directory,
+    /// so adopting it is a rename on the same filesystem.
+    pub fn incoming_path(&self, meta: &FileMeta) -> PathBuf {
+        let name = meta.path.replace('/', "_");
+        self.config
+            .dir
+            .join("incoming")
+            .join(format!("{name}.part"))
+    }
+
+    /// Takes a Parquet file written by another replica (snapshot catch-up), staged at
+    /// `staged`: checks that its footer describes exactly `meta`, moves it into place,
+    /// makes it durable and records it, as if this node had written it. Segments are
+    /// deterministic (the same log range gives the same file on every replica), so the
+    /// file is the one this node would have written itself.
+    pub async fn adopt_file(&self, meta: &FileMeta, staged: &Path) -> Result<()> {
+        let size = std::fs::metadata(staged)
+            .map_err(|source| Error::Io {
+                path: staged.to_path_buf(),
+                source,
+            })?
+            .len();
+        if size != meta.size_bytes {
+            return Err(Error::Corrupt {
+                path: staged.display().to_string(),
+                reason: format!("received {size} bytes, expected {}", meta.size_bytes),
+            });
+        }
+        let target = self
+            .local
+            .path_to_filesystem(&ObjectPath::from(meta.path.as_str()))?;
+        let (staged_owned, expected) = (staged.to_path_buf(), meta.clone());
+        tokio::task::spawn_blocking(move || {
+            // Checked before the move, so a wrong file never sits under a final name.
+            let found = read_staged_footer(&staged_owned, &expected.path)?;
+            if found != expected {
+                return Err(Error::Corrupt {
+                    path: expected.path.clone(),
+                    reason: format!("footer describes {found:?}, expected {expected:?}"),
+                });
+            }
+            install_file_durably(&staged_owned, &target)
+        })
+        .await
+        .map_err(|e| Error::Catalog(format!("file adoption task failed: {e}")))??;
+        self.catalog.insert(std::slice::from_ref(meta))?;
+        let table = self.table(&TableKey::new(
+            meta.database.as_str(),
+            meta.measurement.as_str(),
+        ));
+        let mut state = table.state.write();
+        state.add_file(meta.clone())?;
+        Ok(())
+    }
+}
