@@ -38,7 +38,7 @@ pub use line_protocol::{
 pub use meta::{ColumnMeta, FileMeta, FILE_META_KEY};
 pub use msgpack::decode_msgpack;
 pub use parquet_encode::ParquetSettings;
-pub use paths::parquet_path;
+pub use paths::{escaped_len, parquet_path, PATH_COMPONENT_BYTES_MAX};
 pub use rows::{FieldValue, RowBatchBuilder, RowError};
 pub use schema::{
     canonical_schema, conform, tag_type, widen_integers_to_stored, with_tags_as, ColumnKind,
