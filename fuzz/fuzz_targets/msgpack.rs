@@ -2,7 +2,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use quiver_storage::WriteLimits;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = quiver_storage::decode_msgpack(data, 1_700_000_000_000_000_000);
+    let limits = WriteLimits::default();
+    let _ = quiver_storage::decode_msgpack(data, 1_700_000_000_000_000_000, &limits, &|_| None);
 });

@@ -5,6 +5,8 @@
 //! entry is applied, writes segments as Parquet through `object_store`, and keeps the
 //! sled catalog that indexes those files. It knows nothing of Raft: callers hand it log
 //! indexes and it records them, so that the log and the files together are the truth.
+//! What one write may ask of a node is bounded by [`WriteLimits`], checked while it is
+//! decoded.
 #![deny(missing_docs)]
 
 mod catalog;
@@ -12,6 +14,7 @@ mod error;
 mod ids;
 mod image;
 mod ipc;
+mod limits;
 mod line_protocol;
 mod meta;
 mod msgpack;
@@ -31,6 +34,7 @@ pub use ids::{
 };
 pub use image::{read_image, write_image};
 pub use ipc::{decode_batch, encode_batch};
+pub use limits::WriteLimits;
 pub use line_protocol::{
     fill_excerpts, parse_line_protocol, parse_line_protocol_for, reject_conflicting_rows,
     LineError, LpOutput, LpTable, Precision,
