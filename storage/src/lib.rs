@@ -11,6 +11,7 @@
 
 mod catalog;
 mod error;
+pub mod fuzzing;
 mod ids;
 mod image;
 mod ipc;
