@@ -12,6 +12,23 @@ pub enum Error {
     /// The payload could not be decoded; the message names the problem (column, row).
     #[error("invalid payload: {0}")]
     InvalidPayload(String),
+    /// A write asks for more than a configured limit allows ([`crate::WriteLimits`]).
+    /// The client's to fix: `detail` says what was counted and how to split the write.
+    #[error("{limit} = {max} exceeded: {detail}")]
+    LimitExceeded {
+        /// The limit's name as configured, e.g. `write_hours_max`.
+        limit: &'static str,
+        /// What the write needs (at least this much: decoders stop counting early).
+        value: u64,
+        /// The limit's value.
+        max: u64,
+        /// What was counted and what the client should do.
+        detail: String,
+    },
+    /// A setting admits nothing (a limit of zero) or contradicts another: the
+    /// operator's to fix, found when the configuration is loaded.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
     /// A column arrived with a type other than the one the measurement already has.
     #[error("schema conflict in {measurement}: column {column:?} is {existing}, got {got}")]
     SchemaConflict {

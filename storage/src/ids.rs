@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::paths::{escaped_len, ESCAPED_BYTE_BYTES, PATH_COMPONENT_BYTES_MAX};
 
 /// Index of an entry in the replicated log. Every row in storage remembers the index of
 /// the log entry that brought it, so replay can skip what Parquet already holds.
@@ -28,8 +29,15 @@ impl TimestampNs {
     pub const HOUR_NS: i64 = 3_600_000_000_000;
 
     /// The start of the hour this timestamp falls in (floor, also for negative times).
+    /// The earliest times (the first 47 minutes of 1677-09-21) belong to an hour that
+    /// starts before `i64::MIN`; their floor saturates to `i64::MIN` rather than
+    /// overflowing, so they still share one partition.
     pub fn hour_floor(self) -> TimestampNs {
-        TimestampNs(self.0.div_euclid(Self::HOUR_NS) * Self::HOUR_NS)
+        TimestampNs(
+            self.0
+                .div_euclid(Self::HOUR_NS)
+                .saturating_mul(Self::HOUR_NS),
+        )
     }
 }
 
@@ -58,8 +66,10 @@ pub fn validate_database_name(name: &str) -> Result<()> {
     }
 }
 
-/// Checks a measurement name: 1 to 128 bytes, no control characters, no `/` (it becomes a
-/// path component of the Parquet files) and not `.` or `..`.
+/// Checks a measurement name: 1 to 128 bytes, no control characters, no `/` or `\`,
+/// not `.` or `..`, and at most 255 bytes once escaped into the path component of its
+/// Parquet files ([`crate::parquet_path`]): a longer component is refused by the file
+/// system, and the table could then never be flushed.
 pub fn validate_measurement_name(name: &str) -> Result<()> {
     let bad = name.is_empty()
         || name.len() > MEASUREMENT_NAME_BYTES_MAX
@@ -69,12 +79,22 @@ pub fn validate_measurement_name(name: &str) -> Result<()> {
             .chars()
             .any(|c| c.is_control() || c == '/' || c == '\\');
     if bad {
-        Err(Error::InvalidName(format!(
+        return Err(Error::InvalidName(format!(
             "measurement name {name:?} must be 1 to {MEASUREMENT_NAME_BYTES_MAX} bytes without '/', '\\' or control characters"
-        )))
-    } else {
-        Ok(())
+        )));
     }
+    let escaped = escaped_len(name);
+    if escaped > PATH_COMPONENT_BYTES_MAX {
+        return Err(Error::InvalidName(format!(
+            "measurement name {name:?} is {} bytes but escapes to {escaped} bytes as a file \
+             name; the limit is {PATH_COMPONENT_BYTES_MAX} escaped bytes (bytes other than \
+             A-Z a-z 0-9 _ - and a non-leading '.', so every non-ASCII byte, count \
+             {ESCAPED_BYTE_BYTES})",
+            name.len()
+        )));
+    }
+    debug_assert!(escaped <= PATH_COMPONENT_BYTES_MAX);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -94,6 +114,21 @@ mod tests {
     }
 
     #[test]
+    fn hour_floor_of_the_earliest_times_saturates_instead_of_overflowing() {
+        // Found replaying `i64::MIN` through the path code: the floor of the first,
+        // partial hour is below `i64::MIN`, and multiplying back overflowed.
+        assert_eq!(TimestampNs(i64::MIN).hour_floor(), TimestampNs(i64::MIN));
+        let first_whole = TimestampNs(i64::MIN).0.div_euclid(TimestampNs::HOUR_NS) + 1;
+        let start = TimestampNs(first_whole * TimestampNs::HOUR_NS);
+        assert_eq!(TimestampNs(start.0 - 1).hour_floor(), TimestampNs(i64::MIN));
+        assert_eq!(start.hour_floor(), start);
+        assert_eq!(
+            TimestampNs(i64::MAX).hour_floor().0 % TimestampNs::HOUR_NS,
+            0
+        );
+    }
+
+    #[test]
     fn database_names_follow_the_spec() {
         assert!(validate_database_name("default").is_ok());
         assert!(validate_database_name("a-b_9").is_ok());
@@ -109,5 +144,33 @@ mod tests {
         assert!(validate_measurement_name("..").is_err());
         assert!(validate_measurement_name("a/b").is_err());
         assert!(validate_measurement_name(&"m".repeat(129)).is_err());
+    }
+
+    #[test]
+    fn long_non_ascii_measurement_name_is_refused_at_validation() {
+        // The name that blocked every flush: 128 bytes, escaping to a 384-byte file name.
+        let name = "é".repeat(64);
+        assert_eq!(name.len(), MEASUREMENT_NAME_BYTES_MAX);
+        let err = validate_measurement_name(&name).unwrap_err().to_string();
+        assert!(
+            err.contains("is 128 bytes but escapes to 384 bytes")
+                && err.contains("the limit is 255"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn escaped_length_is_checked_at_its_boundary() {
+        // 28 × "日" is 84 bytes, 252 escaped; each ASCII letter adds one.
+        let base = "日".repeat(28);
+        assert!(validate_measurement_name(&format!("{base}aaa")).is_ok());
+        assert!(validate_measurement_name(&format!("{base}aaaa")).is_err());
+        // ASCII that is escaped counts three too: 85 spaces are 255 bytes, 86 are 258.
+        assert!(validate_measurement_name(&" ".repeat(85)).is_ok());
+        assert!(validate_measurement_name(&" ".repeat(86)).is_err());
+        // Plain ASCII is bounded by the raw limit alone.
+        assert!(validate_measurement_name(&"m".repeat(128)).is_ok());
+        // A leading '.' is escaped, later ones are not.
+        assert!(validate_measurement_name(&format!(".{}", "m".repeat(127))).is_ok());
     }
 }

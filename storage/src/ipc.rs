@@ -44,7 +44,9 @@ mod tests {
         let payload = rmp_serde::to_vec(&serde_json::json!({"m": "cpu", "columns": {
             "time": [1, 2, 3], "host": ["a", "b", "a"], "v": [1.0, null, 3.0]}}))
         .unwrap();
-        let (_, batch) = decode_msgpack(&payload, 0).unwrap().remove(0);
+        let (_, batch) = decode_msgpack(&payload, 0, &crate::WriteLimits::default(), &|_| None)
+            .unwrap()
+            .remove(0);
         let bytes = encode_batch(&batch).unwrap();
         assert_eq!(decode_batch(&bytes).unwrap(), batch);
         assert!(decode_batch(&bytes[..bytes.len() / 2]).is_err());

@@ -5,14 +5,18 @@
 //! entry is applied, writes segments as Parquet through `object_store`, and keeps the
 //! sled catalog that indexes those files. It knows nothing of Raft: callers hand it log
 //! indexes and it records them, so that the log and the files together are the truth.
+//! What one write may ask of a node is bounded by [`WriteLimits`], checked while it is
+//! decoded.
 #![deny(missing_docs)]
 
 mod catalog;
 mod durable;
 mod error;
+pub mod fuzzing;
 mod ids;
 mod image;
 mod ipc;
+mod limits;
 mod line_protocol;
 mod meta;
 mod msgpack;
@@ -36,6 +40,7 @@ pub use ids::{
 };
 pub use image::{read_image, write_image};
 pub use ipc::{decode_batch, encode_batch};
+pub use limits::WriteLimits;
 pub use line_protocol::{
     fill_excerpts, parse_line_protocol, parse_line_protocol_for, reject_conflicting_rows,
     LineError, LpOutput, LpTable, Precision,
@@ -43,7 +48,7 @@ pub use line_protocol::{
 pub use meta::{ColumnMeta, FileMeta, FILE_META_KEY};
 pub use msgpack::decode_msgpack;
 pub use parquet_encode::ParquetSettings;
-pub use paths::parquet_path;
+pub use paths::{escaped_len, parquet_path, PATH_COMPONENT_BYTES_MAX};
 pub use rows::{FieldValue, RowBatchBuilder, RowError};
 pub use schema::{
     canonical_schema, conform, tag_type, widen_integers_to_stored, with_tags_as, ColumnKind,

@@ -181,6 +181,11 @@ impl MeasurementSchema {
         &self.arrow
     }
 
+    /// Columns the measurement has, `time` included.
+    pub fn columns_len(&self) -> usize {
+        self.columns.len() + 1
+    }
+
     /// The kind of a column, if the measurement has it.
     pub fn kind(&self, column: &str) -> Option<ColumnKind> {
         if column == TIME_COLUMN {

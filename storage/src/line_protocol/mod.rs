@@ -28,9 +28,13 @@
 //!
 //! Every line is either appended to its measurement's batch or reported in
 //! [`LpOutput::rejected`] with its 1-based physical line number; one bad line never
-//! costs the valid lines around it (what `accept_partial` needs). The hot path keeps no
-//! per-line heap objects: tokens are borrowed from the body and only a token that
-//! contains escapes is copied.
+//! costs the valid lines around it (what `accept_partial` needs). A line that would
+//! widen its measurement past [`WriteLimits::columns_per_table_max`] is such a line. The
+//! limits that measure the body as a whole (measurements, hours, decoded bytes) refuse
+//! it as a whole, as soon as they are crossed: [`Error::LimitExceeded`].
+//!
+//! The hot path keeps no per-line heap objects: tokens are borrowed from the body and
+//! only a token that contains escapes is copied.
 
 mod conflicts;
 mod scan;
@@ -42,6 +46,8 @@ mod value;
 
 use arrow::record_batch::RecordBatch;
 
+use crate::error::{Error, Result};
+use crate::limits::{HourSet, WriteLimits};
 use crate::rows::FieldValue;
 use crate::schema::MeasurementSchema;
 pub use conflicts::reject_conflicting_rows;
@@ -52,10 +58,6 @@ pub use timestamp::Precision;
 /// Most tags plus fields one line may carry; wider lines are refused. Bounds the work of
 /// the per-line duplicate check and the width of a batch one line can create.
 const LINE_COLUMNS_MAX: usize = 1_024;
-
-/// Most distinct measurements one body may write; lines naming more are refused. Bounds
-/// the number of open batch builders (each costs memory even when it stays small).
-const BODY_MEASUREMENTS_MAX: usize = 10_000;
 
 /// Longest excerpt of a rejected line kept in [`LineError::text`], in bytes.
 const LINE_EXCERPT_BYTES_MAX: usize = 64;
@@ -104,11 +106,17 @@ pub struct LpOutput {
     pub rejected: Vec<LineError>,
 }
 
-/// Parses a line-protocol body. Never fails as a whole: bad lines are reported in
-/// [`LpOutput::rejected`] and the rest is kept; whether a partial result is acceptable
-/// is the caller's policy. `now_ns` stamps lines without a timestamp.
-pub fn parse_line_protocol(body: &[u8], precision: Precision, now_ns: i64) -> LpOutput {
-    parse_line_protocol_for(body, precision, now_ns, &|_| None)
+/// Parses a line-protocol body. Bad lines are reported in [`LpOutput::rejected`] and
+/// the rest is kept; whether a partial result is acceptable is the caller's policy.
+/// `now_ns` stamps lines without a timestamp. Fails as a whole only when the body
+/// crosses a limit that measures the whole body ([`Error::LimitExceeded`]).
+pub fn parse_line_protocol(
+    body: &[u8],
+    precision: Precision,
+    now_ns: i64,
+    limits: &WriteLimits,
+) -> Result<LpOutput> {
+    parse_line_protocol_for(body, precision, now_ns, limits, &|_| None)
 }
 
 /// [`parse_line_protocol`] for a database whose measurements may already exist:
@@ -116,16 +124,20 @@ pub fn parse_line_protocol(body: &[u8], precision: Precision, now_ns: i64) -> Lp
 /// conflicts with it is rejected (naming the column) while the lines around it are
 /// kept. What InfluxDB does, and what a body whose first line has the wrong type needs
 /// (otherwise that line's type would win inside the batch and refuse the right ones).
+/// Stored columns count towards [`WriteLimits::columns_per_table_max`].
 pub fn parse_line_protocol_for(
     body: &[u8],
     precision: Precision,
     now_ns: i64,
+    limits: &WriteLimits,
     stored: &dyn Fn(&str) -> Option<MeasurementSchema>,
-) -> LpOutput {
+) -> Result<LpOutput> {
     let mut parser = Parser {
         precision,
         now_ns,
-        tables: Tables::new(stored),
+        tables: Tables::new(stored, limits),
+        hours: HourSet::new(limits),
+        refused: None,
         rejected: Vec::new(),
         lines_total: 0,
         line: Line::default(),
@@ -136,7 +148,7 @@ pub fn parse_line_protocol_for(
     // and each line holding invalid bytes is refused on its own.
     let mut pos = 0;
     let mut line_no = 1;
-    while pos < body.len() {
+    while pos < body.len() && parser.refused.is_none() {
         let rest = &body[pos..];
         match std::str::from_utf8(rest) {
             Ok(text) => {
@@ -152,6 +164,9 @@ pub fn parse_line_protocol_for(
                 if let Ok(text) = std::str::from_utf8(&body[pos..line_start]) {
                     line_no = parser.parse_text(text, line_no);
                 }
+                if parser.refused.is_some() {
+                    break;
+                }
                 let line_end = body[bad..]
                     .iter()
                     .position(|&c| c == b'\n')
@@ -162,7 +177,23 @@ pub fn parse_line_protocol_for(
             }
         }
     }
-    parser.finish()
+    match parser.refused.take() {
+        Some(error) => Err(error),
+        None => Ok(parser.finish()),
+    }
+}
+
+/// Why a line was not accepted: the line alone, or the whole body (a limit that
+/// measures the body was crossed).
+enum Refusal {
+    Line(String),
+    Body(Error),
+}
+
+impl From<String> for Refusal {
+    fn from(error: String) -> Self {
+        Refusal::Line(error)
+    }
 }
 
 /// Fills the empty excerpts of `rejected` from `body`, in one pass over the body up to
@@ -204,6 +235,10 @@ struct Parser<'a, 's> {
     precision: Precision,
     now_ns: i64,
     tables: Tables<'s>,
+    /// The distinct hours of the accepted rows, against `write_hours_max`.
+    hours: HourSet,
+    /// Set when the body crossed a body-wide limit: parsing stops, the body is refused.
+    refused: Option<Error>,
     rejected: Vec<LineError>,
     lines_total: usize,
     /// Scratch for the line being parsed, reused for every line.
@@ -216,11 +251,12 @@ struct Parser<'a, 's> {
 
 impl<'a, 's> Parser<'a, 's> {
     /// Parses valid UTF-8 text that starts a physical line; its first line is number
-    /// `line_no`. Returns the number of the line after it.
+    /// `line_no`. Returns the number of the line after it. Stops early when the body is
+    /// refused as a whole.
     fn parse_text(&mut self, text: &'a str, mut line_no: usize) -> usize {
         let b = text.as_bytes();
         let mut pos = 0;
-        while pos < b.len() {
+        while pos < b.len() && self.refused.is_none() {
             let line_start = pos;
             let mut p = pos;
             while p < b.len() && (b[p] == b' ' || b[p] == b'\t' || b[p] == b'\r') {
@@ -236,8 +272,10 @@ impl<'a, 's> Parser<'a, 's> {
             match scan::scan_line(text, p, &mut self.line) {
                 Ok(span) => {
                     let record = text.get(line_start..span.end).unwrap_or_default();
-                    if let Err(error) = self.accept(line_no, record) {
-                        self.reject(line_no, error, record);
+                    match self.accept(line_no, record) {
+                        Ok(()) => {}
+                        Err(Refusal::Line(error)) => self.reject(line_no, error, record),
+                        Err(Refusal::Body(error)) => self.refused = Some(error),
                     }
                     debug_assert!(span.end > pos, "a record consumes input");
                     pos = span.end;
@@ -269,7 +307,7 @@ impl<'a, 's> Parser<'a, 's> {
     }
 
     /// Checks a scanned line and appends it to its measurement's batch.
-    fn accept(&mut self, line_no: usize, record: &str) -> Result<(), String> {
+    fn accept(&mut self, line_no: usize, record: &str) -> Result<(), Refusal> {
         let line = &self.line;
         scan::check_names(line)?;
         let time_ns = match line.timestamp {
@@ -292,15 +330,24 @@ impl<'a, 's> Parser<'a, 's> {
             });
         self.tag_refs = recycle(tags);
         self.field_refs = recycle(fields);
-        result
+        result?;
+        self.hours.insert(time_ns).map_err(Refusal::Body)
     }
 
     fn reject(&mut self, line: usize, error: String, record: &str) {
-        self.rejected.push(LineError {
-            line,
-            error,
-            text: excerpt(record_text(record).as_bytes()),
-        });
+        let text = excerpt(record_text(record).as_bytes());
+        self.push_rejection(LineError { line, error, text });
+    }
+
+    /// Records a rejection and charges its report to the write's byte budget: a body of
+    /// millions of bad lines costs a few hundred bytes of report per line, more than the
+    /// line itself, so the reports count like decoded rows do.
+    fn push_rejection(&mut self, rejection: LineError) {
+        let bytes = std::mem::size_of::<LineError>() + rejection.error.len() + rejection.text.len();
+        self.rejected.push(rejection);
+        if let Err(error) = self.tables.charge(bytes) {
+            self.refused = Some(error);
+        }
     }
 
     fn invalid_utf8_line(&mut self, raw: &[u8], bad_at: usize, line_no: usize) {
@@ -310,7 +357,7 @@ impl<'a, 's> Parser<'a, 's> {
         }
         self.lines_total += 1;
         let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
-        self.rejected.push(LineError {
+        self.push_rejection(LineError {
             line: line_no,
             error: format!("invalid UTF-8 at byte {bad_at} of the line"),
             text: excerpt(raw),

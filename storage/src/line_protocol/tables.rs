@@ -1,9 +1,12 @@
-//! One [`RowBatchBuilder`] per measurement, kept in the order measurements first appear.
+//! One [`RowBatchBuilder`] per measurement, kept in the order measurements first appear,
+//! and the body-wide limits on them: how many measurements, and how many bytes their
+//! batches weigh once padded.
 
 use std::collections::HashMap;
 
-use super::{LineError, LpTable, BODY_MEASUREMENTS_MAX};
+use super::{LineError, LpTable, Refusal};
 use crate::ids::validate_measurement_name;
+use crate::limits::{ByteBudget, WriteLimits};
 use crate::rows::{FieldValue, RowBatchBuilder};
 use crate::schema::MeasurementSchema;
 
@@ -24,6 +27,9 @@ pub(super) type StoredSchemas<'s> = &'s dyn Fn(&str) -> Option<MeasurementSchema
 /// The builders of one body.
 pub(super) struct Tables<'s> {
     stored: StoredSchemas<'s>,
+    limits: WriteLimits,
+    /// What the batches will weigh once finished, against `write_decoded_bytes_max`.
+    budget: ByteBudget,
     tables: Vec<Table>,
     by_name: HashMap<String, usize>,
     /// The table of the previous line: consecutive lines usually share a measurement,
@@ -32,9 +38,11 @@ pub(super) struct Tables<'s> {
 }
 
 impl<'s> Tables<'s> {
-    pub(super) fn new(stored: StoredSchemas<'s>) -> Self {
+    pub(super) fn new(stored: StoredSchemas<'s>, limits: &WriteLimits) -> Self {
         Tables {
             stored,
+            limits: *limits,
+            budget: ByteBudget::new(limits),
             tables: Vec::new(),
             by_name: HashMap::new(),
             last: None,
@@ -51,15 +59,22 @@ impl<'s> Tables<'s> {
         fields: &[(&str, FieldValue<'_>)],
         line: usize,
         text: impl FnOnce() -> String,
-    ) -> Result<(), String> {
+    ) -> Result<(), Refusal> {
         let i = self.index(measurement, line, text)?;
         let table = &mut self.tables[i];
+        let before = table.builder.bytes_when_finished();
         table
             .builder
             .push_row(time_ns, tags, fields)
-            .map_err(|e| e.0)?;
+            .map_err(|e| Refusal::Line(e.0))?;
         table.lines.push(line);
-        Ok(())
+        let after = table.builder.bytes_when_finished();
+        self.budget.recharge(before, after).map_err(Refusal::Body)
+    }
+
+    /// Charges `bytes` (the report of a rejected line) to the write's byte budget.
+    pub(super) fn charge(&mut self, bytes: usize) -> crate::error::Result<()> {
+        self.budget.charge(bytes)
     }
 
     fn index(
@@ -67,7 +82,7 @@ impl<'s> Tables<'s> {
         measurement: &str,
         line: usize,
         text: impl FnOnce() -> String,
-    ) -> Result<usize, String> {
+    ) -> Result<usize, Refusal> {
         if let Some(i) = self.last {
             if self.tables[i].builder.measurement() == measurement {
                 return Ok(i);
@@ -77,18 +92,18 @@ impl<'s> Tables<'s> {
             Some(&i) => i,
             None => {
                 validate_measurement_name(measurement).map_err(|e| e.to_string())?;
-                if self.tables.len() >= BODY_MEASUREMENTS_MAX {
-                    return Err(format!(
-                        "measurement {measurement:?}: more than {BODY_MEASUREMENTS_MAX} measurements in one request"
+                if self.tables.len() >= self.limits.measurements_per_write_max {
+                    return Err(Refusal::Body(
+                        self.limits.too_many_measurements(measurement),
                     ));
                 }
                 let i = self.tables.len();
+                let builder = RowBatchBuilder::new(measurement, false)
+                    .with_columns_max(self.limits.columns_per_table_max);
                 self.tables.push(Table {
                     builder: match (self.stored)(measurement) {
-                        Some(schema) => {
-                            RowBatchBuilder::new(measurement, false).with_stored_schema(schema)
-                        }
-                        None => RowBatchBuilder::new(measurement, false),
+                        Some(schema) => builder.with_stored_schema(schema),
+                        None => builder,
                     },
                     first_line: line,
                     first_text: text(),

@@ -4,11 +4,18 @@ use arrow::datatypes::{
 };
 
 use super::{parse_line_protocol, LineError, LpOutput, Precision};
+use crate::limits::WriteLimits;
 
 const NOW: i64 = 1_700_000_000_000_000_000;
 
 fn parse(body: &str) -> LpOutput {
-    parse_line_protocol(body.as_bytes(), Precision::Nanoseconds, NOW)
+    parse_line_protocol(
+        body.as_bytes(),
+        Precision::Nanoseconds,
+        NOW,
+        &WriteLimits::default(),
+    )
+    .unwrap()
 }
 
 /// Parses a body that must be entirely valid and holds one measurement.
@@ -324,7 +331,7 @@ fn timestamps_scale_by_precision() {
         (Precision::Auto, 1_700_000_000_000_000_000),
     ];
     for (precision, want) in cases {
-        let out = parse_line_protocol(body, precision, NOW);
+        let out = parse_line_protocol(body, precision, NOW, &WriteLimits::default()).unwrap();
         assert_eq!(times(&out.tables[0].batch), [want], "{precision:?}");
     }
 }
@@ -332,7 +339,7 @@ fn timestamps_scale_by_precision() {
 #[test]
 fn auto_precision_decides_per_line() {
     let body = b"m v=1 1700000000\nm v=2 1700000000123\nm v=3 1700000000123456\nm v=4 1700000000123456789\n";
-    let out = parse_line_protocol(body, Precision::Auto, NOW);
+    let out = parse_line_protocol(body, Precision::Auto, NOW, &WriteLimits::default()).unwrap();
     assert_eq!(
         times(&out.tables[0].batch),
         [
@@ -346,7 +353,13 @@ fn auto_precision_decides_per_line() {
 
 #[test]
 fn timestamp_overflow_is_rejected_not_wrapped() {
-    let out = parse_line_protocol(b"m v=1 9300000000\nm v=2 1\n", Precision::Seconds, NOW);
+    let out = parse_line_protocol(
+        b"m v=1 9300000000\nm v=2 1\n",
+        Precision::Seconds,
+        NOW,
+        &WriteLimits::default(),
+    )
+    .unwrap();
     assert_eq!(out.rejected.len(), 1);
     assert_eq!(out.rejected[0].line, 1);
     assert_eq!(
@@ -467,7 +480,8 @@ fn invalid_utf8_rejects_only_its_line() {
         b"m v=1\nm,t=\xff\xfe v=2\n# comment \xff\nm v=3\nm s=\"caf\xc3\xa9\" 4\nm v=\xe2\x82 5"
             .to_vec();
     body.extend_from_slice(b"\nm v=6");
-    let out = parse_line_protocol(&body, Precision::Nanoseconds, NOW);
+    let out =
+        parse_line_protocol(&body, Precision::Nanoseconds, NOW, &WriteLimits::default()).unwrap();
     let lines: Vec<usize> = out.rejected.iter().map(|e| e.line).collect();
     assert_eq!(lines, [2, 6], "{:?}", out.rejected);
     assert_eq!(out.rejected[0].error, "invalid UTF-8 at byte 4 of the line");
@@ -481,7 +495,8 @@ fn invalid_utf8_rejects_only_its_line() {
 #[test]
 fn a_string_cut_by_an_invalid_utf8_line_is_unterminated() {
     let body = b"m s=\"a\nb\xff\nc\" 1\nm v=1\n";
-    let out = parse_line_protocol(body, Precision::Nanoseconds, NOW);
+    let out =
+        parse_line_protocol(body, Precision::Nanoseconds, NOW, &WriteLimits::default()).unwrap();
     let lines: Vec<usize> = out.rejected.iter().map(|e| e.line).collect();
     assert_eq!(lines, [1, 2, 3], "{:?}", out.rejected);
     assert_eq!(out.tables[0].batch.num_rows(), 1);
@@ -575,7 +590,14 @@ fn stored_types_decide_which_lines_conflict() {
     let lookup = |m: &str| (m == "m").then(|| stored.clone());
     // The first line has the wrong type: it alone is refused, the float lines are kept.
     let body = "m,host=a v=1i 1\nm,host=a v=2.5 2\nm host=\"x\" 3\nother v=1i 4";
-    let out = super::parse_line_protocol_for(body.as_bytes(), Precision::Nanoseconds, NOW, &lookup);
+    let out = super::parse_line_protocol_for(
+        body.as_bytes(),
+        Precision::Nanoseconds,
+        NOW,
+        &WriteLimits::default(),
+        &lookup,
+    )
+    .unwrap();
     let lines: Vec<usize> = out.rejected.iter().map(|e| e.line).collect();
     assert_eq!(lines, [1, 3], "{:?}", out.rejected);
     assert!(out.rejected[0].error.contains("\"v\"") && out.rejected[0].error.contains("float"));
@@ -583,4 +605,187 @@ fn stored_types_decide_which_lines_conflict() {
     assert_eq!(out.tables.len(), 2);
     assert_eq!(out.tables[0].lines, [2]);
     assert_eq!(out.tables[1].lines, [4]);
+}
+
+fn parse_with(body: &str, limits: &WriteLimits) -> crate::error::Result<LpOutput> {
+    parse_line_protocol(body.as_bytes(), Precision::Nanoseconds, NOW, limits)
+}
+
+fn limit_of(result: crate::error::Result<LpOutput>) -> &'static str {
+    match result {
+        Err(crate::error::Error::LimitExceeded { limit, .. }) => limit,
+        Err(e) => panic!("not a limit: {e}"),
+        Ok(out) => panic!("accepted: {:?}", out.rejected),
+    }
+}
+
+#[test]
+fn lines_past_the_column_cap_are_rejected_one_by_one() {
+    let limits = WriteLimits {
+        columns_per_table_max: 4,
+        ..WriteLimits::default()
+    };
+    // time + a, b, c is 4 columns; d would be the fifth. Other measurements are apart.
+    let body = "m a=1,b=2,c=3 1\nm d=4 2\nm a=5 3\nn,t=x d=1 4\nm,c=x a=1 5\nm c=7 6\n";
+    let out = parse_with(body, &limits).unwrap();
+    let lines: Vec<usize> = out.rejected.iter().map(|e| e.line).collect();
+    assert_eq!(lines, [2, 5], "{:?}", out.rejected);
+    let e = &out.rejected[0];
+    assert!(
+        e.error.contains("\"d\"") && e.error.contains("columns_per_table_max"),
+        "{e:?}"
+    );
+    // `c` as a tag conflicts (it is a field) before it could widen anything.
+    assert!(
+        out.rejected[1].error.contains("\"c\""),
+        "{:?}",
+        out.rejected
+    );
+    assert_eq!(out.tables[0].lines, [1, 3, 6]);
+    assert_eq!(out.tables[0].batch.num_columns(), 4);
+    assert_eq!(out.tables[1].measurement, "n");
+}
+
+#[test]
+fn stored_columns_count_towards_the_cap() {
+    let stored = crate::schema::MeasurementSchema::default()
+        .merge(
+            "m",
+            &crate::schema::canonical_schema([
+                (
+                    "a",
+                    crate::schema::ColumnKind::Field(crate::schema::FieldType::Float),
+                ),
+                (
+                    "b",
+                    crate::schema::ColumnKind::Field(crate::schema::FieldType::Float),
+                ),
+            ]),
+        )
+        .unwrap()
+        .unwrap();
+    let lookup = |m: &str| (m == "m").then(|| stored.clone());
+    let limits = WriteLimits {
+        columns_per_table_max: 4,
+        ..WriteLimits::default()
+    };
+    let body = "m c=1 1\nm d=1 2\nm a=1,b=2,c=3 3\n";
+    let out = super::parse_line_protocol_for(
+        body.as_bytes(),
+        Precision::Nanoseconds,
+        NOW,
+        &limits,
+        &lookup,
+    )
+    .unwrap();
+    let lines: Vec<usize> = out.rejected.iter().map(|e| e.line).collect();
+    assert_eq!(lines, [2], "{:?}", out.rejected);
+    assert!(
+        out.rejected[0].error.contains("5 columns"),
+        "{:?}",
+        out.rejected
+    );
+}
+
+#[test]
+fn too_many_measurements_refuse_the_body() {
+    let limits = WriteLimits {
+        measurements_per_write_max: 3,
+        ..WriteLimits::default()
+    };
+    let ok = parse_with("a v=1\nb v=1\nc v=1\na v=2\n", &limits).unwrap();
+    assert_eq!(ok.tables.len(), 3);
+    let err = parse_with("a v=1\nb v=1\nc v=1\nd v=1\n", &limits).unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains("measurements_per_write_max = 3") && message.contains("\"d\""),
+        "{message}"
+    );
+    // A line whose name is invalid opens no table and does not count.
+    let ok = parse_with("a v=1\nb v=1\nc v=1\n.. v=1\n", &limits).unwrap();
+    assert_eq!(ok.rejected.len(), 1);
+}
+
+#[test]
+fn too_many_hours_refuse_the_body_and_say_to_split_by_time() {
+    const HOUR: i64 = 3_600_000_000_000;
+    let limits = WriteLimits {
+        write_hours_max: 3,
+        ..WriteLimits::default()
+    };
+    let body: String = (0..30)
+        .map(|i| format!("m v={i} {}\n", (i % 3) * HOUR + i))
+        .collect();
+    assert_eq!(parse_with(&body, &limits).unwrap().rejected.len(), 0);
+    // A rejected line's hour does not count.
+    let with_bad = format!("{body}m v=oops {}\n", 7 * HOUR);
+    assert_eq!(parse_with(&with_bad, &limits).unwrap().rejected.len(), 1);
+    let over = format!("{body}other v=1 {}\n", -HOUR);
+    let err = parse_with(&over, &limits).unwrap_err().to_string();
+    assert!(
+        err.contains("write_hours_max = 3") && err.contains("split them by time"),
+        "{err}"
+    );
+    // Lines without a timestamp share the server's hour.
+    assert!(parse_with("m v=1\nm v=2\nm v=3\n", &limits).is_ok());
+}
+
+#[test]
+fn a_body_decoding_past_the_byte_limit_is_refused() {
+    let limits = WriteLimits {
+        write_decoded_bytes_max: 64 * 1024,
+        ..WriteLimits::default()
+    };
+    let dense: String = (0..1_000).map(|i| format!("m v={i} {i}\n")).collect();
+    assert!(parse_with(&dense, &limits).is_ok());
+    let heavy: String = (0..10_000).map(|i| format!("m v={i} {i}\n")).collect();
+    assert_eq!(
+        limit_of(parse_with(&heavy, &limits)),
+        "write_decoded_bytes_max"
+    );
+}
+
+#[test]
+fn hundred_thousand_lines_each_adding_a_field_are_refused_without_padding() {
+    // The body of the bug: every line brings a new field. With the default cap, the
+    // first 499 lines fill the table (time + 499 fields) and the rest are refused one
+    // by one, naming the limit.
+    let body: String = (0..100_000).map(|i| format!("m f{i}=1 {i}\n")).collect();
+    let out = parse_with(&body, &WriteLimits::default()).unwrap();
+    assert_eq!(out.tables[0].batch.num_rows(), 499);
+    assert_eq!(out.tables[0].batch.num_columns(), 500);
+    assert_eq!(out.rejected.len(), 100_000 - 499);
+    assert!(out
+        .rejected
+        .iter()
+        .all(|e| e.error.contains("columns_per_table_max")));
+    // With the cap lifted, the padded size is what refuses it, long before the end.
+    let wide = WriteLimits {
+        columns_per_table_max: usize::MAX,
+        ..WriteLimits::default()
+    };
+    assert_eq!(
+        limit_of(parse_with(&body, &wide)),
+        "write_decoded_bytes_max"
+    );
+}
+
+#[test]
+fn the_report_of_rejected_lines_counts_towards_the_byte_limit() {
+    // Two bytes of garbage a line cost about a hundred bytes of report each: a body of
+    // nothing but bad lines is bounded by the same byte limit as decoded rows.
+    let limits = WriteLimits {
+        write_decoded_bytes_max: 64 * 1024,
+        ..WriteLimits::default()
+    };
+    let few = "x\n".repeat(100);
+    assert_eq!(parse_with(&few, &limits).unwrap().rejected.len(), 100);
+    let many = "x\n".repeat(10_000);
+    assert_eq!(
+        limit_of(parse_with(&many, &limits)),
+        "write_decoded_bytes_max"
+    );
+    let invalid_utf8 = b"\xff\n".repeat(10_000);
+    let result = parse_line_protocol(&invalid_utf8, Precision::Nanoseconds, NOW, &limits);
+    assert_eq!(limit_of(result), "write_decoded_bytes_max");
 }

@@ -13,7 +13,23 @@ use super::cursor::{Cursor, Token};
 use super::time::{float_to_ns, int_to_ns};
 use crate::error::{Error, Result};
 use crate::ids::validate_measurement_name;
+use crate::limits::{ByteBudget, HourSet, COLUMN_BYTES_FIXED};
 use crate::schema::{canonical_schema, ColumnKind, FieldType, TagKey, TIME_COLUMN};
+
+/// Bytes charged per value decoded, whatever its type: the widest Arrow slot (a number
+/// or a timestamp), so the charge bounds what the builders allocate. Strings add their
+/// length.
+const VALUE_BYTES_MAX: usize = 8;
+
+/// The write's limits as a columnar object sees them.
+pub(crate) struct Limits<'l> {
+    /// Most columns a measurement may have, `time` included.
+    pub(crate) columns_max: usize,
+    /// The write's distinct hours so far.
+    pub(crate) hours: &'l mut HourSet,
+    /// The write's decoded bytes so far.
+    pub(crate) budget: &'l mut ByteBudget,
+}
 
 /// Values of one column as decoded, before it is known whether strings are tags.
 enum Values {
@@ -38,8 +54,26 @@ pub(crate) struct Columns {
     rows: Option<(usize, String)>,
 }
 
-/// Reads a `"columns"` map; the cursor is at the map's header.
-pub(crate) fn read_columns(cur: &mut Cursor<'_>, out: &mut Columns) -> Result<()> {
+impl Columns {
+    /// Whether a `time` column was given.
+    pub(crate) fn has_time(&self) -> bool {
+        self.time.is_some()
+    }
+
+    /// Rows of the object (0 before any column).
+    pub(crate) fn rows(&self) -> usize {
+        self.rows.as_ref().map_or(0, |(n, _)| *n)
+    }
+}
+
+/// Reads a `"columns"` map; the cursor is at the map's header. Every value is charged to
+/// the write's byte budget as it is decoded, every timestamp's hour is counted, and a
+/// column past `columns_max` refuses the write before it is read.
+pub(crate) fn read_columns(
+    cur: &mut Cursor<'_>,
+    out: &mut Columns,
+    limits: Limits<'_>,
+) -> Result<()> {
     let n = match cur.token()? {
         Token::Map(n) => n,
         other => {
@@ -54,6 +88,19 @@ pub(crate) fn read_columns(cur: &mut Cursor<'_>, out: &mut Columns) -> Result<()
         if out.columns.iter().any(|c| c.name == name) || (name == TIME_COLUMN && out.time.is_some())
         {
             return Err(cur.error(format!("column {name:?} appears twice")));
+        }
+        // `time` is always a column, given or not.
+        let columns = 1 + out.columns.len() + usize::from(name != TIME_COLUMN);
+        if columns > limits.columns_max {
+            return Err(Error::LimitExceeded {
+                limit: "columns_per_table_max",
+                value: columns as u64,
+                max: limits.columns_max as u64,
+                detail: format!(
+                    "column {name:?} makes a columnar object {columns} columns wide (time, \
+                     tags and fields); write fewer distinct fields"
+                ),
+            });
         }
         let len = match cur.token()? {
             Token::Array(len) => len,
@@ -73,10 +120,11 @@ pub(crate) fn read_columns(cur: &mut Cursor<'_>, out: &mut Columns) -> Result<()
             Some(_) => {}
             None => out.rows = Some((len, name.clone())),
         }
+        limits.budget.charge(COLUMN_BYTES_FIXED + name.len())?;
         if name == TIME_COLUMN {
-            out.time = Some(decode_time(cur, len)?);
+            out.time = Some(decode_time(cur, len, limits.hours, limits.budget)?);
         } else {
-            let values = decode_values(cur, &name, len)?;
+            let values = decode_values(cur, &name, len, limits.budget)?;
             out.columns.push(DecodedColumn { name, values });
         }
     }
@@ -190,10 +238,22 @@ fn build_batch(
     Ok((measurement, RecordBatch::try_new(schema, arrays)?))
 }
 
-fn decode_time(cur: &mut Cursor<'_>, len: usize) -> Result<Vec<i64>> {
-    // Each value takes at least one byte: the declared length cannot be trusted further.
-    let mut out = Vec::with_capacity(len.min(cur.remaining()));
+/// How many values to reserve room for: the declared length cannot be trusted beyond
+/// the bytes left (each value takes at least one) nor beyond the byte budget.
+fn capacity(cur: &Cursor<'_>, len: usize, budget: &ByteBudget) -> usize {
+    len.min(cur.remaining())
+        .min(budget.remaining() / VALUE_BYTES_MAX)
+}
+
+fn decode_time(
+    cur: &mut Cursor<'_>,
+    len: usize,
+    hours: &mut HourSet,
+    budget: &mut ByteBudget,
+) -> Result<Vec<i64>> {
+    let mut out = Vec::with_capacity(capacity(cur, len, budget));
     for row in 0..len {
+        budget.charge(VALUE_BYTES_MAX)?;
         let ns = match cur.token()? {
             Token::Int(v) => int_to_ns(v)?,
             Token::Float(v) => float_to_ns(v)?,
@@ -204,17 +264,27 @@ fn decode_time(cur: &mut Cursor<'_>, len: usize) -> Result<Vec<i64>> {
                 )))
             }
         };
+        hours.insert(ns)?;
         out.push(ns);
     }
     Ok(out)
 }
 
-fn decode_values(cur: &mut Cursor<'_>, name: &str, len: usize) -> Result<Values> {
+fn decode_values(
+    cur: &mut Cursor<'_>,
+    name: &str,
+    len: usize,
+    budget: &mut ByteBudget,
+) -> Result<Values> {
     let mut values = Values::AllNull(0);
-    // Each value takes at least one byte: the declared length cannot be trusted further.
-    let capacity = len.min(cur.remaining());
+    let capacity = capacity(cur, len, budget);
     for row in 0..len {
         let token = cur.token()?;
+        let string_bytes = match token {
+            Token::Str(s) => s.len(),
+            _ => 0,
+        };
+        budget.charge(VALUE_BYTES_MAX + string_bytes)?;
         values = push(values, token, capacity).map_err(|expected| {
             cur.error(format!(
                 "column {name:?} row {row}: {} mixed with {expected}; a column holds one type",
@@ -239,7 +309,10 @@ fn push(
                 Token::Int(_) => Values::Integer(Int64Builder::with_capacity(capacity)),
                 Token::UInt(_) => Values::UInteger(UInt64Builder::with_capacity(capacity)),
                 Token::Bool(_) => Values::Boolean(BooleanBuilder::with_capacity(capacity)),
-                Token::Str(_) => Values::Strings(StringDictionaryBuilder::new()),
+                // Not `new()`: it reserves 1,024 keys and values whatever the length.
+                Token::Str(_) => {
+                    Values::Strings(StringDictionaryBuilder::with_capacity(capacity, 0, 0))
+                }
                 _ => return Err("no supported type"),
             };
             append_nulls(&mut v, n);

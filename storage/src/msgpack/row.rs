@@ -6,6 +6,7 @@ use super::cursor::{Cursor, Token};
 use super::time::{float_to_ns, int_to_ns};
 use crate::error::{Error, Result};
 use crate::ids::validate_measurement_name;
+use crate::limits::ByteBudget;
 use crate::rows::{FieldValue, RowBatchBuilder};
 
 /// One row object, borrowed from the payload.
@@ -80,26 +81,42 @@ pub(crate) fn read_fields<'a>(cur: &mut Cursor<'a>, row: &mut Row<'a>) -> Result
     Ok(())
 }
 
+/// Where row objects go: one builder per measurement, in first-seen order, and the
+/// write's byte budget their padded size is charged to.
+pub(crate) struct Target<'t> {
+    pub(crate) builders: &'t mut HashMap<String, RowBatchBuilder>,
+    pub(crate) order: &'t mut Vec<String>,
+    pub(crate) budget: &'t mut ByteBudget,
+    pub(crate) columns_max: usize,
+}
+
 /// Appends a finished row to its measurement's builder.
 pub(crate) fn push_row(
-    builders: &mut HashMap<String, RowBatchBuilder>,
-    order: &mut Vec<String>,
+    target: Target<'_>,
     measurement: String,
     row: Row<'_>,
     now_ns: i64,
     row_number: usize,
 ) -> Result<()> {
     validate_measurement_name(&measurement)?;
-    let builder = match builders.get_mut(&measurement) {
+    let builder = match target.builders.get_mut(&measurement) {
         Some(b) => b,
         None => {
-            order.push(measurement.clone());
-            builders
+            target.order.push(measurement.clone());
+            target
+                .builders
                 .entry(measurement.clone())
-                .or_insert_with(|| RowBatchBuilder::new(measurement.clone(), true))
+                .or_insert_with(|| {
+                    RowBatchBuilder::new(measurement.clone(), true)
+                        .with_columns_max(target.columns_max)
+                })
         }
     };
+    let before = builder.bytes_when_finished();
     builder
         .push_row(row.time.unwrap_or(now_ns), &row.tags, &row.fields)
-        .map_err(|e| Error::InvalidPayload(format!("row {row_number} ({measurement}): {e}")))
+        .map_err(|e| Error::InvalidPayload(format!("row {row_number} ({measurement}): {e}")))?;
+    target
+        .budget
+        .recharge(before, builder.bytes_when_finished())
 }

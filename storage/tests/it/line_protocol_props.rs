@@ -9,9 +9,15 @@ use arrow::datatypes::{
     DataType, Float64Type, Int32Type, Int64Type, TimestampNanosecondType, UInt64Type,
 };
 use proptest::prelude::*;
-use quiver_storage::{parse_line_protocol, LpOutput, Precision};
+use quiver_storage::{LpOutput, Precision, WriteLimits};
 
 const NOW: i64 = 1_700_000_000_000_000_000;
+
+/// Parses with the default limits, which these small bodies never reach.
+fn parse_line_protocol(body: &[u8], precision: Precision, now_ns: i64) -> LpOutput {
+    quiver_storage::parse_line_protocol(body, precision, now_ns, &WriteLimits::default())
+        .expect("small bodies stay within the limits")
+}
 
 /// One value as the test sees it; floats by bit pattern so `-0.0` and `0.0` differ.
 #[derive(Debug, Clone, PartialEq)]

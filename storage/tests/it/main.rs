@@ -1,7 +1,11 @@
 //! quiver-storage through its public API: apply, flush, persist, reopen, snapshot
-//! images, Parquet layout, and property tests of the MessagePack decoder.
+//! images, Parquet layout, property tests of the decoders, their limits, and the fuzz
+//! corpora replayed.
 
 mod durability;
+mod fuzz_corpus;
+mod heap;
+mod limits;
 mod line_protocol_props;
 mod msgpack_props;
 mod parquet_layout;

@@ -5,6 +5,13 @@ use arrow::datatypes::{Float64Type, Int32Type, Int64Type, TimestampNanosecondTyp
 use proptest::prelude::*;
 use serde_json::json;
 
+/// Decodes with the default limits and no stored schema.
+fn decode(payload: &[u8]) -> quiver_storage::Result<Vec<(String, arrow::array::RecordBatch)>> {
+    quiver_storage::decode_msgpack(payload, 0, &quiver_storage::WriteLimits::default(), &|_| {
+        None
+    })
+}
+
 #[derive(Debug, Clone)]
 struct Row {
     time_ms: i64,
@@ -44,7 +51,7 @@ proptest! {
             "value": rows.iter().map(|r| r.value).collect::<Vec<_>>(),
             "count": rows.iter().map(|r| r.count).collect::<Vec<_>>(),
         }})).unwrap();
-        let out = quiver_storage::decode_msgpack(&payload, 0).unwrap();
+        let out = decode(&payload).unwrap();
         prop_assert_eq!(out.len(), 1);
         let b = &out[0].1;
         let time = b.column_by_name("time").unwrap().as_primitive::<TimestampNanosecondType>();
@@ -62,7 +69,7 @@ proptest! {
 
     #[test]
     fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
-        let _ = quiver_storage::decode_msgpack(&bytes, 0);
+        let _ = decode(&bytes);
     }
 
     #[test]
@@ -74,7 +81,7 @@ proptest! {
             json!({"m": "m", "t": r.time_ms, "tags": {"host": r.host}, "fields": fields})
         }).collect();
         let payload = rmp_serde::to_vec_named(&json!({"batch": objects})).unwrap();
-        let out = quiver_storage::decode_msgpack(&payload, 0).unwrap();
+        let out = decode(&payload).unwrap();
         let b = &out[0].1;
         prop_assert_eq!(b.num_rows(), rows.len());
         let count = b.column_by_name("count").unwrap().as_primitive::<Int64Type>();

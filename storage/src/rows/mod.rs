@@ -4,19 +4,34 @@
 //! fields by name. [`RowBatchBuilder`] validates a whole row before it touches any
 //! column, so a rejected row leaves no trace, then appends its values straight into
 //! Arrow builders: no per-row heap objects.
+//!
+//! Columns are padded with nulls lazily: a column that a row does not mention is not
+//! touched, and catches up (one bulk `append_nulls`) only when it next receives a value
+//! or when the batch is finished; a column that first appears at row N starts there,
+//! and its N leading nulls are put in front only by `finish`. So a row costs work in
+//! proportion to its own width, and adding a column costs O(1): a body where every line
+//! brings a new field is linear, not quadratic. The width of a measurement is capped
+//! ([`WriteLimits::columns_per_table_max`]), and the builder knows what its batch will
+//! weigh once padded ([`RowBatchBuilder::bytes_when_finished`]) so a decoder can refuse a
+//! write before the padding is ever allocated.
+
+mod column;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::{
-    ArrayRef, BooleanBuilder, Float64Builder, Int64Builder, RecordBatch, StringBuilder,
-    StringDictionaryBuilder, TimestampNanosecondArray, UInt64Builder,
-};
+use arrow::array::{ArrayRef, RecordBatch, TimestampNanosecondArray};
 
 use crate::error::{Error, Result};
-use crate::schema::{
-    canonical_schema, ColumnKind, FieldType, MeasurementSchema, TagKey, TIME_COLUMN,
-};
+use crate::limits::{WriteLimits, COLUMN_BYTES_FIXED};
+use crate::schema::{canonical_schema, ColumnKind, FieldType, MeasurementSchema, TIME_COLUMN};
+use column::{slot_bytes, Column};
+
+/// Most rows one builder takes: tag dictionaries have `i32` keys, and every row may
+/// bring a new tag value.
+const ROWS_MAX: usize = i32::MAX as usize;
 
 /// One field value as it arrives, borrowed from the input.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -51,61 +66,6 @@ impl FieldValue<'_> {
 #[error("{0}")]
 pub struct RowError(pub String);
 
-enum ColumnData {
-    Tag(StringDictionaryBuilder<TagKey>),
-    Float(Float64Builder),
-    Integer(Int64Builder),
-    UInteger(UInt64Builder),
-    Boolean(BooleanBuilder),
-    String(StringBuilder),
-}
-
-impl ColumnData {
-    fn new(kind: ColumnKind) -> Self {
-        match kind {
-            ColumnKind::Tag | ColumnKind::Time => ColumnData::Tag(StringDictionaryBuilder::new()),
-            ColumnKind::Field(FieldType::Float) => ColumnData::Float(Float64Builder::new()),
-            ColumnKind::Field(FieldType::Integer) => ColumnData::Integer(Int64Builder::new()),
-            ColumnKind::Field(FieldType::UInteger) => ColumnData::UInteger(UInt64Builder::new()),
-            ColumnKind::Field(FieldType::Boolean) => ColumnData::Boolean(BooleanBuilder::new()),
-            ColumnKind::Field(FieldType::String) => ColumnData::String(StringBuilder::new()),
-        }
-    }
-
-    fn append_nulls(&mut self, n: usize) {
-        match self {
-            ColumnData::Tag(b) => b.append_nulls(n),
-            ColumnData::Float(b) => b.append_nulls(n),
-            ColumnData::Integer(b) => b.append_nulls(n),
-            ColumnData::UInteger(b) => b.append_nulls(n),
-            ColumnData::Boolean(b) => b.append_nulls(n),
-            ColumnData::String(b) => b.append_nulls(n),
-        }
-    }
-
-    fn finish(&mut self) -> ArrayRef {
-        match self {
-            ColumnData::Tag(b) => Arc::new(b.finish()),
-            ColumnData::Float(b) => Arc::new(b.finish()),
-            ColumnData::Integer(b) => Arc::new(b.finish()),
-            ColumnData::UInteger(b) => Arc::new(b.finish()),
-            ColumnData::Boolean(b) => Arc::new(b.finish()),
-            ColumnData::String(b) => Arc::new(b.finish()),
-        }
-    }
-}
-
-struct Column {
-    name: String,
-    kind: ColumnKind,
-    data: ColumnData,
-    /// Rows appended so far (values and nulls); equals the builder's row count after
-    /// every committed row.
-    len: usize,
-    /// Stamp of the last row attempt that named this column, to find duplicate keys.
-    seen_attempt: u64,
-}
-
 /// Builds one measurement's batch row by row. See the module documentation.
 pub struct RowBatchBuilder {
     measurement: String,
@@ -118,12 +78,24 @@ pub struct RowBatchBuilder {
     /// value in this batch must match it, so a type conflict with stored data is refused
     /// on the offending row instead of poisoning the whole batch.
     stored: Option<MeasurementSchema>,
+    /// Most columns the measurement may have, `time` and stored columns included.
+    columns_max: usize,
+    /// Columns of this batch the stored schema does not have.
+    columns_new: usize,
+    /// Bytes per row once every column is padded: `time` plus each column's slot.
+    row_bytes: usize,
+    /// Bytes of slots appended so far (values and nulls, `time` included).
+    slot_bytes_held: usize,
+    /// Bytes of string values, of distinct tag values (dictionary entries, with their
+    /// 4-byte offsets) and each column's fixed cost (`COLUMN_BYTES_FIXED` + its name).
+    variable_bytes: usize,
 }
 
 impl RowBatchBuilder {
     /// A builder for `measurement`. With `widen_integers`, an integer value arriving for a
     /// float column (or the reverse) is stored as float instead of refused: MessagePack
-    /// writers do not distinguish `1` from `1.0`, line protocol does.
+    /// writers do not distinguish `1` from `1.0`, line protocol does. The width cap is
+    /// [`WriteLimits::default`]'s until [`Self::with_columns_max`] sets another.
     pub fn new(measurement: impl Into<String>, widen_integers: bool) -> Self {
         RowBatchBuilder {
             measurement: measurement.into(),
@@ -133,12 +105,26 @@ impl RowBatchBuilder {
             attempt: 0,
             widen_integers,
             stored: None,
+            columns_max: WriteLimits::default().columns_per_table_max,
+            columns_new: 0,
+            row_bytes: slot_bytes(ColumnKind::Time),
+            slot_bytes_held: 0,
+            variable_bytes: 0,
         }
     }
 
-    /// Checks every new column against the kinds `stored` already has.
+    /// Checks every new column against the kinds `stored` already has, and counts the
+    /// stored columns against the width cap.
     pub fn with_stored_schema(mut self, stored: MeasurementSchema) -> Self {
         self.stored = Some(stored);
+        self
+    }
+
+    /// Caps the measurement's width at `columns_max` columns, counting `time` and the
+    /// stored columns: a row that would add a column past it is refused. Stored columns
+    /// beyond a cap lowered later stay writable; only new ones are refused.
+    pub fn with_columns_max(mut self, columns_max: usize) -> Self {
+        self.columns_max = columns_max;
         self
     }
 
@@ -157,6 +143,31 @@ impl RowBatchBuilder {
         self.by_name.get(name).map(|&i| self.columns[i].kind)
     }
 
+    /// Bytes the builders hold now: the slots appended (values, and nulls only where a
+    /// column caught up) plus string and dictionary bytes. Grows with the values given,
+    /// not with rows × columns. An estimate in the units of [`slot_bytes`]; validity
+    /// bitmaps and spare capacity are left out.
+    pub fn bytes_held(&self) -> usize {
+        self.slot_bytes_held + self.variable_bytes
+    }
+
+    /// Bytes the batch will take once [`Self::finish`] pads every column to the row
+    /// count: rows × (every column's slot + `time`) plus string and dictionary bytes.
+    /// What a decoder charges against [`WriteLimits::write_decoded_bytes_max`]; O(1).
+    pub fn bytes_when_finished(&self) -> usize {
+        self.time
+            .len()
+            .saturating_mul(self.row_bytes)
+            .saturating_add(self.variable_bytes)
+    }
+
+    /// Columns the measurement has with this batch: `time`, the stored ones and the new
+    /// ones this batch brings.
+    pub fn columns_total(&self) -> usize {
+        let stored = self.stored.as_ref().map_or(1, |s| s.columns_len());
+        stored + self.columns_new
+    }
+
     /// Validates and appends one row. On error nothing is appended.
     pub fn push_row(
         &mut self,
@@ -167,10 +178,17 @@ impl RowBatchBuilder {
         if fields.is_empty() {
             return Err(RowError("a row needs at least one field".into()));
         }
+        if self.time.len() >= ROWS_MAX {
+            return Err(RowError(format!(
+                "measurement {:?}: more than {ROWS_MAX} rows in one request",
+                self.measurement
+            )));
+        }
         self.attempt += 1;
         let attempt = self.attempt;
         // Validation pass: no column is mutated until every key checks out.
         let mut new_columns: Vec<(&str, ColumnKind)> = Vec::new();
+        let mut columns_new = self.columns_new;
         let mut widen: Vec<usize> = Vec::new();
         for (name, kind) in tags.iter().map(|(n, _)| (*n, ColumnKind::Tag)).chain(
             fields
@@ -229,79 +247,79 @@ impl RowBatchBuilder {
                                 kind.name()
                             )))
                         }
-                        None => kind,
+                        None => {
+                            columns_new += 1;
+                            let total = self.columns_total() - self.columns_new + columns_new;
+                            if total > self.columns_max {
+                                return Err(RowError(format!(
+                                    "measurement {:?}: column {name:?} would make it {total} \
+                                     columns wide; the limit is {} (columns_per_table_max, \
+                                     counting time, tags and fields)",
+                                    self.measurement, self.columns_max
+                                )));
+                            }
+                            kind
+                        }
                     };
                     new_columns.push((name, kind));
                 }
             }
         }
-        // Commit pass.
+        // Commit pass. `rows` is this row's index: every column it touches catches up
+        // to it first.
         let rows = self.time.len();
         for i in widen {
-            self.widen_to_float(i);
+            self.columns[i].widen_to_float();
         }
+        self.columns_new = columns_new;
         for (name, kind) in new_columns {
-            let mut data = ColumnData::new(kind);
-            data.append_nulls(rows);
             self.by_name.insert(name.to_string(), self.columns.len());
-            self.columns.push(Column {
-                name: name.to_string(),
-                kind,
-                data,
-                len: rows,
-                seen_attempt: attempt,
-            });
+            self.columns.push(Column::new(name, kind, rows, attempt));
+            self.row_bytes += slot_bytes(kind);
+            self.variable_bytes += COLUMN_BYTES_FIXED + name.len();
         }
         for (name, value) in tags {
-            if let Some(&i) = self.by_name.get(*name) {
-                let column = &mut self.columns[i];
-                if let ColumnData::Tag(b) = &mut column.data {
-                    b.append(value).map_err(|e| RowError(e.to_string()))?;
-                    column.len += 1;
-                }
-            }
+            let Some(&i) = self.by_name.get(*name) else {
+                debug_assert!(false, "tag {name:?} validated but missing");
+                continue;
+            };
+            let column = &mut self.columns[i];
+            let (slots, grew) = column.append_tag(rows, value);
+            self.slot_bytes_held += slots * slot_bytes(column.kind);
+            self.variable_bytes += grew;
         }
         for (name, value) in fields {
-            if let Some(&i) = self.by_name.get(*name) {
-                let column = &mut self.columns[i];
-                append_field(&mut column.data, value);
-                column.len += 1;
+            let Some(&i) = self.by_name.get(*name) else {
+                debug_assert!(false, "field {name:?} validated but missing");
+                continue;
+            };
+            let column = &mut self.columns[i];
+            let slots = column.append_field(rows, value);
+            self.slot_bytes_held += slots * slot_bytes(column.kind);
+            if let FieldValue::String(s) = value {
+                self.variable_bytes += s.len();
             }
         }
         self.time.push(time_ns);
-        let rows = self.time.len();
-        for column in &mut self.columns {
-            if column.len < rows {
-                column.data.append_nulls(rows - column.len);
-                column.len = rows;
-            }
-            debug_assert_eq!(column.len, rows, "column {} out of step", column.name);
-        }
+        self.slot_bytes_held += slot_bytes(ColumnKind::Time);
+        debug_assert!(self.columns_new == 0 || self.columns_total() <= self.columns_max);
+        debug_assert!(self.bytes_held() <= self.bytes_when_finished());
         Ok(())
     }
 
-    fn widen_to_float(&mut self, i: usize) {
-        let column = &mut self.columns[i];
-        if let ColumnData::Integer(b) = &mut column.data {
-            let ints = b.finish();
-            let mut floats = Float64Builder::with_capacity(ints.len());
-            for v in ints.iter() {
-                floats.append_option(v.map(|v| v as f64));
-            }
-            column.data = ColumnData::Float(floats);
-            column.kind = ColumnKind::Field(FieldType::Float);
-        }
-    }
-
     /// Finishes the batch (canonical column order), or `None` if no row was added.
+    /// Every column is padded with nulls to the row count here, once.
     pub fn finish(mut self) -> Result<Option<RecordBatch>> {
         if self.time.is_empty() {
             return Ok(None);
         }
+        let rows = self.time.len();
         let schema = canonical_schema(self.columns.iter().map(|c| (c.name.as_str(), c.kind)));
         let mut arrays: HashMap<String, ArrayRef> = HashMap::with_capacity(self.columns.len());
         for column in &mut self.columns {
-            arrays.insert(column.name.clone(), column.data.finish());
+            let array = column.finish(rows)?;
+            debug_assert_eq!(array.len(), rows, "column {} out of step", column.name);
+            arrays.insert(column.name.clone(), array);
         }
         let mut out: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
         out.push(Arc::new(TimestampNanosecondArray::from(std::mem::take(
@@ -321,107 +339,4 @@ fn numeric_widening(existing: ColumnKind, got: ColumnKind) -> bool {
     let float = ColumnKind::Field(FieldType::Float);
     let int = ColumnKind::Field(FieldType::Integer);
     (existing == float && got == int) || (existing == int && got == float)
-}
-
-fn append_field(data: &mut ColumnData, value: &FieldValue<'_>) {
-    match (data, value) {
-        (ColumnData::Float(b), FieldValue::Float(v)) => b.append_value(*v),
-        (ColumnData::Float(b), FieldValue::Integer(v)) => b.append_value(*v as f64),
-        (ColumnData::Integer(b), FieldValue::Integer(v)) => b.append_value(*v),
-        (ColumnData::UInteger(b), FieldValue::UInteger(v)) => b.append_value(*v),
-        (ColumnData::Boolean(b), FieldValue::Boolean(v)) => b.append_value(*v),
-        (ColumnData::String(b), FieldValue::String(v)) => b.append_value(v),
-        (data, _) => {
-            // Unreachable after validation; keep the column in step rather than panic.
-            debug_assert!(false, "field type changed between validation and commit");
-            data.append_nulls(1);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use arrow::array::{Array, AsArray};
-    use arrow::datatypes::Float64Type;
-
-    #[test]
-    fn rows_with_missing_fields_get_nulls_not_zeros() {
-        let mut b = RowBatchBuilder::new("cpu", false);
-        b.push_row(1, &[("host", "a")], &[("x", FieldValue::Float(1.0))])
-            .unwrap();
-        b.push_row(2, &[], &[("y", FieldValue::Integer(7))])
-            .unwrap();
-        let batch = b.finish().unwrap().unwrap();
-        assert_eq!(batch.num_rows(), 2);
-        let x = batch.column_by_name("x").unwrap();
-        assert!(x.is_null(1));
-        let y = batch.column_by_name("y").unwrap();
-        assert!(y.is_null(0));
-        assert!(batch.column_by_name("host").unwrap().is_null(1));
-    }
-
-    #[test]
-    fn a_rejected_row_leaves_no_trace() {
-        let mut b = RowBatchBuilder::new("cpu", false);
-        b.push_row(1, &[], &[("x", FieldValue::Float(1.0))])
-            .unwrap();
-        let err = b
-            .push_row(2, &[("new", "t")], &[("x", FieldValue::String("s"))])
-            .unwrap_err();
-        assert!(err.0.contains("\"x\""), "{err}");
-        let err = b.push_row(
-            3,
-            &[],
-            &[("x", FieldValue::Float(1.0)), ("x", FieldValue::Float(2.0))],
-        );
-        assert!(err.unwrap_err().0.contains("duplicate"));
-        b.push_row(4, &[], &[("x", FieldValue::Float(4.0))])
-            .unwrap();
-        let batch = b.finish().unwrap().unwrap();
-        assert_eq!(batch.num_rows(), 2);
-        assert!(batch.column_by_name("new").is_none());
-        let x = batch
-            .column_by_name("x")
-            .unwrap()
-            .as_primitive::<Float64Type>();
-        assert_eq!(x.values().to_vec(), vec![1.0, 4.0]);
-    }
-
-    #[test]
-    fn integers_widen_to_float_only_when_allowed() {
-        let mut strict = RowBatchBuilder::new("m", false);
-        strict
-            .push_row(1, &[], &[("v", FieldValue::Integer(1))])
-            .unwrap();
-        assert!(strict
-            .push_row(2, &[], &[("v", FieldValue::Float(1.5))])
-            .is_err());
-
-        let mut lenient = RowBatchBuilder::new("m", true);
-        lenient
-            .push_row(1, &[], &[("v", FieldValue::Integer(1))])
-            .unwrap();
-        lenient
-            .push_row(2, &[], &[("v", FieldValue::Float(1.5))])
-            .unwrap();
-        lenient
-            .push_row(3, &[], &[("v", FieldValue::Integer(2))])
-            .unwrap();
-        let batch = lenient.finish().unwrap().unwrap();
-        let v = batch
-            .column_by_name("v")
-            .unwrap()
-            .as_primitive::<Float64Type>();
-        assert_eq!(v.values().to_vec(), vec![1.0, 1.5, 2.0]);
-    }
-
-    #[test]
-    fn tag_and_field_with_the_same_name_is_refused() {
-        let mut b = RowBatchBuilder::new("m", false);
-        let err = b
-            .push_row(1, &[("a", "x")], &[("a", FieldValue::Float(1.0))])
-            .unwrap_err();
-        assert!(err.0.contains("duplicate"), "{err}");
-    }
 }
