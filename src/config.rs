@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 const ENTRY_ENVELOPE_BYTES: usize = 1 << 20;
 
 /// Sections a `QUIVER_<SECTION>_<KEY>` variable may name.
-const SECTIONS: [&str; 8] = [
-    "http", "storage", "wal", "cluster", "raft", "query", "auth", "log",
+const SECTIONS: [&str; 9] = [
+    "http", "storage", "wal", "cluster", "raft", "query", "auth", "log", "limits",
 ];
 
 /// The whole configuration.
@@ -36,6 +36,8 @@ pub struct Config {
     pub auth: AuthSection,
     /// Logging.
     pub log: LogSection,
+    /// What one write may ask of the node (columns, measurements, hours, bytes).
+    pub limits: quiver_storage::WriteLimits,
 }
 
 /// `[http]`
@@ -487,6 +489,7 @@ impl Config {
         if self.raft.entry_bytes_max > self.http.write_bytes_in_flight_max {
             bail!("raft.entry_bytes_max must not exceed http.write_bytes_in_flight_max");
         }
+        self.limits.validate().map_err(|e| anyhow!("limits: {e}"))?;
         if !(0..=19).contains(&self.query.thread_nice) {
             bail!("query.thread_nice must be 0 to 19");
         }

@@ -28,7 +28,13 @@ fn body_of(line: &str) -> Vec<u8> {
 }
 
 fn parse(body: &[u8]) -> usize {
-    let out = parse_line_protocol(std::hint::black_box(body), Precision::Nanoseconds, 0);
+    let out = parse_line_protocol(
+        std::hint::black_box(body),
+        Precision::Nanoseconds,
+        0,
+        &quiver_storage::WriteLimits::default(),
+    )
+    .expect("within the limits");
     assert!(out.rejected.is_empty(), "{:?}", out.rejected.first());
     out.tables.iter().map(|t| t.batch.num_rows()).sum()
 }

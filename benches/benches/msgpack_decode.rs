@@ -37,7 +37,13 @@ fn bench(c: &mut Criterion) {
     group.throughput(Throughput::Elements(5000));
     group.bench_function("quiver_to_arrow", |b| {
         b.iter(|| {
-            quiver_storage::decode_msgpack(std::hint::black_box(&payload), 0).expect("decodes")
+            quiver_storage::decode_msgpack(
+                std::hint::black_box(&payload),
+                0,
+                &quiver_storage::WriteLimits::default(),
+                &|_| None,
+            )
+            .expect("decodes")
         })
     });
     group.bench_function("baseline_rmp_serde_to_vecs", |b| {

@@ -26,8 +26,6 @@ use crate::state_machine::StateMachine;
 use crate::types::{NodeId, Raft, TypeConfig};
 use crate::vote_barrier::VoteBarrier;
 
-/// Longest wait between two attempts to write a frozen segment after a failure.
-const PERSIST_RETRY_MS_MAX: u64 = 5_000;
 /// A leader that has not heard from a quorum for this many maximal election timeouts
 /// is treated as cut off: it refuses writes (503) and reports itself unready.
 const QUORUM_LOST_ELECTIONS: u64 = 3;
@@ -313,15 +311,15 @@ impl RaftNode {
     }
 
     /// The fatal error that stopped Raft, if it stopped: nothing in this process can
-    /// recover from it, so the node exits and its supervisor restarts it.
+    /// recover from it, so the node exits and its supervisor restarts it. A Raft core
+    /// that panicked reports nothing any more; its closed metrics channel tells.
     pub fn fatal(&self) -> Option<String> {
-        self.raft
-            .metrics()
-            .borrow()
-            .running_state
-            .as_ref()
-            .err()
-            .map(|f| f.to_string())
+        let metrics = self.raft.metrics();
+        if metrics.has_changed().is_err() {
+            return Some("the raft core has stopped (it panicked or shut down)".to_string());
+        }
+        let m = metrics.borrow();
+        m.running_state.as_ref().err().map(|f| f.to_string())
     }
 
     /// On a leader: why it cannot commit, when no quorum has acknowledged it for longer
@@ -688,7 +686,6 @@ impl RaftNode {
     /// stays in memory meanwhile), and takes a snapshot once the flushed data makes one
     /// cheap, so the log below it can be purged.
     async fn persist_loop(self) {
-        let mut retry_ms = 100;
         let mut last_snapshot = Instant::now();
         let mut persisted_since_snapshot = false;
         let snapshot_gap = Duration::from_millis(self.config.snapshot_interval_ms_min);
@@ -711,16 +708,14 @@ impl RaftNode {
             }
             match self.storage.persist_next().await {
                 Ok(true) => {
-                    retry_ms = 100;
                     persisted_since_snapshot = true;
                     continue;
                 }
                 Ok(false) => {}
                 Err(e) => {
-                    tracing::error!(error = %e, retry_ms, "writing a segment failed; it stays in memory and is retried");
+                    // The table waits out its own backoff inside storage; the others go on.
+                    tracing::error!(error = %e, "writing a segment failed; it stays in memory and is retried");
                     metrics::counter!("quiver_flush_failures_total").increment(1);
-                    tokio::time::sleep(Duration::from_millis(retry_ms)).await;
-                    retry_ms = (retry_ms * 2).min(PERSIST_RETRY_MS_MAX);
                     continue;
                 }
             }
@@ -731,11 +726,14 @@ impl RaftNode {
                 last_snapshot = Instant::now();
                 persisted_since_snapshot = false;
             }
-            let wait = if persisted_since_snapshot {
+            let mut wait = if persisted_since_snapshot {
                 snapshot_gap.saturating_sub(last_snapshot.elapsed())
             } else {
                 Duration::from_secs(3600)
             };
+            if let Some(retry) = self.storage.next_persist_retry() {
+                wait = wait.min(retry);
+            }
             tokio::select! {
                 _ = self.storage.frozen_ready() => {}
                 _ = tokio::time::sleep(wait.max(Duration::from_millis(10))) => {}

@@ -120,9 +120,11 @@ async fn handle(
     flag(&params, "no_sync", false)?;
     let storage = app.storage.clone();
     let db = database.clone();
+    let limits = app.config.limits;
     let decode = Box::new(move |payload: bytes::Bytes| {
         let stored = |measurement: &str| storage.schema_of(&db, measurement);
-        let parsed = parse_line_protocol_for(&payload, precision, now_ns(), &stored);
+        let parsed = parse_line_protocol_for(&payload, precision, now_ns(), &limits, &stored)
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
         let mut rejected = parsed.rejected;
         let tables = reject_conflicting_rows(&storage, &db, parsed.tables, &mut rejected)
             .map_err(|e| ApiError::internal(e.to_string()))?;

@@ -23,8 +23,10 @@ pub async fn write_msgpack(
     let database = database_of(&headers, &params)?;
     let storage = app.storage.clone();
     let db = database.clone();
+    let limits = app.config.limits;
     let decode = Box::new(move |payload: bytes::Bytes| {
-        let tables = quiver_storage::decode_msgpack(&payload, now_ns())
+        let stored = |measurement: &str| storage.schema_of(&db, measurement);
+        let tables = quiver_storage::decode_msgpack(&payload, now_ns(), &limits, &stored)
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
         let tables = tables
             .into_iter()

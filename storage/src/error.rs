@@ -72,6 +72,19 @@ pub enum Error {
         /// The bound, shared by writer and reader.
         size_max: u64,
     },
+    /// A table's frozen segment could not be written; it stays in memory and the table
+    /// is tried again after `retry_ms`, while other tables go on.
+    #[error("writing a segment of {table} failed ({failures} in a row, next try in {retry_ms} ms): {source}")]
+    SegmentNotWritten {
+        /// The table.
+        table: String,
+        /// Failures in a row.
+        failures: u32,
+        /// Wait before the next attempt.
+        retry_ms: u64,
+        /// What failed.
+        source: Box<Error>,
+    },
     /// A file that storage wrote earlier no longer reads back as written.
     #[error("corrupt file {path}: {reason}")]
     Corrupt {

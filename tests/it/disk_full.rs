@@ -120,6 +120,12 @@ async fn a_full_wal_volume_refuses_writes_until_space_returns() {
         write_ok(&node, id).await;
     }
     let filler = wal.fill_leaving(16 << 20);
+    node.wait_for(
+        "the node to see the low volume",
+        Duration::from_secs(10),
+        || async { ready_status(&node).await == 503 },
+    )
+    .await;
     // Below the watermark: 503 with Retry-After, nothing appended; reads still work.
     let body = batch_payload("cpu", 99, 500, 1_800_000_000_000_000_000, 5);
     let (status, text, headers) = node
@@ -150,7 +156,7 @@ async fn a_full_data_volume_pauses_flushes_and_resumes_without_restart() {
     let data = tmpfs_or_skip!(&dir.path().join("data-volume"), 96);
     let mut spec = NodeSpec::new(dir.path())
         .with("QUIVER_STORAGE_FREE_BYTES_MIN", 32 << 20)
-        .with("QUIVER_STORAGE_FLUSH_ROWS_MAX", 1_000);
+        .with("QUIVER_STORAGE_FLUSH_ROWS_MAX", 400);
     spec.data_dir = data.path.join("data");
     spec.wal_dir = Some(dir.path().join("wal"));
     let node = Node::start(spec).await;
@@ -160,6 +166,12 @@ async fn a_full_data_volume_pauses_flushes_and_resumes_without_restart() {
     })
     .await;
     let filler = data.fill_leaving(16 << 20);
+    node.wait_for(
+        "the node to see the low volume",
+        Duration::from_secs(10),
+        || async { ready_status(&node).await == 503 },
+    )
+    .await;
     let body = batch_payload("cpu", 1, 500, 1_700_000_100_000_000_000, 5);
     let (status, text) = node.write_msgpack("db", body).await;
     assert_eq!(status, 503, "{text}");
@@ -217,6 +229,7 @@ async fn a_wal_that_fills_without_a_watermark_stops_the_node_loudly_and_loses_no
             break;
         }
     }
+    eprintln!("outcomes by status: {outcomes:?}");
     assert!(
         outcomes.keys().any(|s| *s != 204),
         "the 24 MiB volume must fill: {outcomes:?}"

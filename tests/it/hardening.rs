@@ -73,7 +73,7 @@ async fn refusals_reach_clients_that_are_still_sending() {
 
 /// Tallies of answers, without a lock.
 mod tally {
-    use std::sync::atomic::Ordering;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     #[derive(Default)]
     pub struct Counts {
@@ -108,7 +108,9 @@ mod tally {
 async fn a_refusal_to_a_client_expecting_100_continue_needs_no_body() {
     let dir = tempfile::tempdir().unwrap();
     let node = Node::start(
-        NodeSpec::new(dir.path()).with("QUIVER_HTTP_WRITE_BYTES_IN_FLIGHT_MAX", 1 << 20),
+        NodeSpec::new(dir.path())
+            .with("QUIVER_HTTP_WRITE_BYTES_IN_FLIGHT_MAX", 1 << 20)
+            .with("QUIVER_RAFT_ENTRY_BYTES_MAX", 512 << 10),
     )
     .await;
     // Declares 8 MiB (over the 1 MiB budget) and waits for 100 Continue: the refusal

@@ -146,6 +146,9 @@ pub struct Storage {
     tables: RwLock<BTreeMap<TableKey, Arc<Table>>>,
     memory_bytes: AtomicUsize,
     frozen_wakeup: tokio::sync::Notify,
+    /// Tables whose last segment write failed, and when they may be tried again: one
+    /// table that cannot be written never holds up the others.
+    persist_backoff: parking_lot::Mutex<BTreeMap<TableKey, persist::Backoff>>,
     report: OpenReport,
 }
 
@@ -191,6 +194,7 @@ impl Storage {
             tables: RwLock::new(tables),
             memory_bytes: AtomicUsize::new(0),
             frozen_wakeup: tokio::sync::Notify::new(),
+            persist_backoff: parking_lot::Mutex::new(BTreeMap::new()),
             report,
         })
     }

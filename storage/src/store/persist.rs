@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use object_store::path::Path as ObjectPath;
 
@@ -15,6 +15,18 @@ use crate::error::{Error, Result};
 use crate::meta::FileMeta;
 use crate::parquet_encode::{encode_segment, SegmentSource};
 use crate::table_state::Frozen;
+
+/// First wait after a table's segment failed to be written.
+const PERSIST_BACKOFF_MS_MIN: u64 = 100;
+/// Longest wait between two attempts to write one table's segment.
+const PERSIST_BACKOFF_MS_MAX: u64 = 30_000;
+
+/// A table waiting out failed segment writes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Backoff {
+    failures: u32,
+    retry_at: Instant,
+}
 
 impl Storage {
     /// Waits until a segment may be waiting to be written.
@@ -30,14 +42,19 @@ impl Storage {
             .any(|t| !t.state.read().frozen.is_empty())
     }
 
-    /// Writes the oldest frozen segment as Parquet and records it. Returns false if
-    /// nothing was waiting. On error the segment stays in memory (still queryable) and
-    /// the caller retries: nothing is dropped.
+    /// Writes the oldest frozen segment of a table not waiting out a failure, as
+    /// Parquet, and records it. Returns false if nothing is due now. On error the
+    /// segment stays in memory (still queryable), its table waits (doubling, up to
+    /// [`PERSIST_BACKOFF_MS_MAX`]) before it is tried again, and the other tables go
+    /// on: nothing is dropped, and one table that cannot be written stalls no other.
     pub async fn persist_next(&self) -> Result<bool> {
+        let now = Instant::now();
         let next = {
+            let backoff = self.persist_backoff.lock();
             let tables = self.tables.read();
             tables
                 .values()
+                .filter(|t| backoff.get(&t.key).is_none_or(|b| b.retry_at <= now))
                 .filter_map(|t| {
                     t.state
                         .read()
@@ -51,8 +68,39 @@ impl Storage {
             return Ok(false);
         };
         let started = Instant::now();
-        let files = self.write_segment(&table.key, &segment).await?;
-        self.catalog.insert(&files)?;
+        let written = match self.write_segment(&table.key, &segment).await {
+            Ok(files) => self.catalog.insert(&files).map(|()| files),
+            Err(e) => Err(e),
+        };
+        let files = match written {
+            Ok(files) => files,
+            Err(e) => {
+                let mut backoff = self.persist_backoff.lock();
+                let entry = backoff.entry(table.key.clone()).or_insert(Backoff {
+                    failures: 0,
+                    retry_at: now,
+                });
+                entry.failures = entry.failures.saturating_add(1);
+                let wait_ms =
+                    (PERSIST_BACKOFF_MS_MIN << entry.failures.min(16)).min(PERSIST_BACKOFF_MS_MAX);
+                entry.retry_at = Instant::now() + Duration::from_millis(wait_ms);
+                let failures = entry.failures;
+                metrics::gauge!("quiver_tables_failing_to_flush").set(backoff.len() as f64);
+                return Err(Error::SegmentNotWritten {
+                    table: table.key.to_string(),
+                    failures,
+                    retry_ms: wait_ms,
+                    source: Box::new(e),
+                });
+            }
+        };
+        {
+            let mut backoff = self.persist_backoff.lock();
+            if backoff.remove(&table.key).is_some() {
+                tracing::info!(table = %table.key, "segment written after earlier failures");
+            }
+            metrics::gauge!("quiver_tables_failing_to_flush").set(backoff.len() as f64);
+        }
         let released = table
             .state
             .write()
@@ -67,6 +115,17 @@ impl Storage {
             log_first = segment.log_first.0, log_last = segment.log_last.0,
             ms = started.elapsed().as_millis() as u64, "segment written");
         Ok(true)
+    }
+
+    /// How long until a table waiting out a failed write may be tried again, if any
+    /// table with a frozen segment waits.
+    pub fn next_persist_retry(&self) -> Option<Duration> {
+        let now = Instant::now();
+        self.persist_backoff
+            .lock()
+            .values()
+            .map(|b| b.retry_at.saturating_duration_since(now))
+            .min()
     }
 
     /// Encodes a segment and writes its files durably (each through a temporary file,
