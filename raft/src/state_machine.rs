@@ -71,27 +71,62 @@ impl StateMachine {
         let dir = snapshot_dir(data_dir);
         std::fs::create_dir_all(&dir).map_err(|e| snapshot_err(ErrorVerb::Write, e))?;
         let mut applied = Applied::default();
+        let mut missing: Option<(SnapshotMeta, Vec<FileMeta>)> = None;
         if let Some(path) = latest_snapshot(&dir).map_err(|e| snapshot_err(ErrorVerb::Read, e))? {
             let (meta, image) = tokio::task::spawn_blocking(move || read_snapshot(&path))
                 .await
                 .map_err(|e| snapshot_err(ErrorVerb::Read, e))?
                 .map_err(|e| snapshot_err(ErrorVerb::Read, e))?;
+            let lacking: Vec<FileMeta> = image
+                .files
+                .iter()
+                .filter(|f| !storage.has_file(f))
+                .cloned()
+                .collect();
             storage
                 .restore_memory(image)
                 .map_err(|e| snapshot_err(ErrorVerb::Read, e))?;
             tracing::info!(last_applied = ?meta.last_log_id, "restored snapshot");
+            if !lacking.is_empty() {
+                missing = Some((meta.clone(), lacking));
+            }
             applied = Applied {
                 last_applied: meta.last_log_id,
                 membership: meta.last_membership,
             };
         }
-        Ok(StateMachine {
+        let sm = StateMachine {
             storage,
             dir,
             applied: Arc::new(Mutex::new(applied)),
             peers,
             node_id,
-        })
+        };
+        if let Some((meta, lacking)) = missing {
+            sm.recover_lacking_files(&meta, &lacking).await;
+        }
+        Ok(sm)
+    }
+
+    /// Files the snapshot lists but this node no longer holds (quarantined as
+    /// unreadable, or lost) are fetched again from the other members: their rows are
+    /// below the purged log, so a replay cannot bring them back. Without a member that
+    /// has them the node starts anyway, says so loudly, and `quiver verify` shows the
+    /// difference.
+    async fn recover_lacking_files(&self, meta: &SnapshotMeta, lacking: &[FileMeta]) {
+        tracing::warn!(
+            files = lacking.len(),
+            "the snapshot lists Parquet files this node lacks; fetching them from peers"
+        );
+        match self.fetch_missing_files(meta, lacking).await {
+            Ok(()) => metrics::gauge!("quiver_parquet_files_missing").set(0.0),
+            Err(e) => {
+                let still = lacking.iter().filter(|f| !self.storage.has_file(f)).count();
+                metrics::gauge!("quiver_parquet_files_missing").set(still as f64);
+                tracing::error!(error = %e, files_missing = still,
+                    "Parquet files listed by the snapshot are missing and no peer could supply them: their rows are absent on this node");
+            }
+        }
     }
 
     /// The storage the state machine applies to.

@@ -12,6 +12,7 @@ mod disk_full;
 mod hardening;
 mod ingest;
 mod line_protocol;
+mod many_files;
 mod query_functions;
 mod query_http;
 mod query_safety;
