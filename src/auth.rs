@@ -1,31 +1,32 @@
 //! Token authentication (API.md, Authentication).
 //!
-//! Tokens are kept only as SHA-256 hashes in `<data-dir>/auth/tokens.json`. The first
-//! admin token comes from `QUIVER_BOOTSTRAP_TOKEN`; without it, and with no token yet,
-//! one is generated and written to `<data-dir>/auth/bootstrap-token` (mode 0600) — never
-//! only to a log. Accepted forms: `Authorization: Bearer|Token <t>`, `x-api-key: <t>`,
-//! HTTP Basic (the password is the token) and `?p=<t>` for InfluxDB 1.x clients.
+//! Two sources of tokens, both kept only as SHA-256 hashes:
+//! - node-local: the first admin token, from `QUIVER_BOOTSTRAP_TOKEN`, or (with none
+//!   set and none stored yet) generated and written to `<data-dir>/auth/bootstrap-token`
+//!   (mode 0600), never only to a log; kept in `<data-dir>/auth/tokens.json`;
+//! - replicated: tokens created over the API (`/api/v1/tokens`), committed through the
+//!   Raft log, so every node of the cluster knows them (quiver-storage's `Policies`).
+//!   They carry scopes (`read`, `write`, `admin`) and optionally a list of databases.
+//!
+//! Accepted forms: `Authorization: Bearer|Token <t>`, `x-api-key: <t>`, HTTP Basic (the
+//! password is the token) and `?p=<t>` for InfluxDB 1.x clients. The query string is
+//! never logged (no request logging prints URIs), so `?p=` leaks nowhere.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
 
+use std::sync::Arc;
+
 use anyhow::{Context, Result};
 use axum::http::HeaderMap;
+use quiver_query::QueryAccess;
+use quiver_storage::Storage;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-/// What a token may do; `Admin` implies the others.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Permission {
-    /// Run queries.
-    Read,
-    /// Write rows.
-    Write,
-    /// Everything, including cluster management.
-    Admin,
-}
+/// What a token may do; `Admin` implies the others (quiver-storage's `Scope`).
+pub use quiver_storage::Scope as Permission;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct StoredToken {
@@ -43,14 +44,44 @@ pub enum AuthError {
     Forbidden,
 }
 
-/// The node's token table, or nothing when authentication is off.
-#[derive(Debug, Clone)]
+/// The node's token tables, or nothing when authentication is off.
+#[derive(Clone)]
 pub struct Auth {
     enabled: bool,
     tokens: HashMap<String, Vec<Permission>>,
+    replicated: Option<Arc<Storage>>,
 }
 
-fn hash(token: &str) -> String {
+/// What a checked request may touch: all databases, or a token's list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    databases: Option<Vec<String>>,
+}
+
+impl Grant {
+    fn everything() -> Grant {
+        Grant { databases: None }
+    }
+
+    /// Refuses (403) a database outside the token's list.
+    pub fn database(&self, database: &str) -> Result<(), AuthError> {
+        match &self.databases {
+            Some(list) if !list.iter().any(|d| d == database) => Err(AuthError::Forbidden),
+            _ => Ok(()),
+        }
+    }
+
+    /// The databases a query with this grant may read.
+    pub fn query_access(&self) -> QueryAccess {
+        match &self.databases {
+            None => QueryAccess::all(),
+            Some(list) => QueryAccess::only(list.clone()),
+        }
+    }
+}
+
+/// SHA-256 of a token, hex: the only form tokens are stored in.
+pub fn hash(token: &str) -> String {
     let digest = Sha256::digest(token.as_bytes());
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -61,7 +92,14 @@ impl Auth {
         Auth {
             enabled: false,
             tokens: HashMap::new(),
+            replicated: None,
         }
+    }
+
+    /// Also accepts the tokens replicated through the log (held by `storage`).
+    pub fn with_replicated(mut self, storage: Arc<Storage>) -> Auth {
+        self.replicated = Some(storage);
+        self
     }
 
     /// Loads the token table from `data_dir/auth`, adding the bootstrap admin token.
@@ -112,17 +150,19 @@ impl Auth {
         Ok(Auth {
             enabled: true,
             tokens,
+            replicated: None,
         })
     }
 
     /// Checks a request for `needed`, taking the token from its headers or, as
-    /// InfluxDB 1.x clients send it, from the `p` query parameter.
+    /// InfluxDB 1.x clients send it, from the `p` query parameter. The grant tells which
+    /// databases the request may then touch.
     pub fn check_request(
         &self,
         headers: &HeaderMap,
         params: &std::collections::HashMap<String, String>,
         needed: Permission,
-    ) -> Result<(), AuthError> {
+    ) -> Result<Grant, AuthError> {
         self.check(headers, params.get("p").map(String::as_str), needed)
     }
 
@@ -132,25 +172,37 @@ impl Auth {
         headers: &HeaderMap,
         query_token: Option<&str>,
         needed: Permission,
-    ) -> Result<(), AuthError> {
+    ) -> Result<Grant, AuthError> {
         if !self.enabled {
-            return Ok(());
+            return Ok(Grant::everything());
         }
         let token = token_from(headers)
             .or(query_token.map(Cow::Borrowed))
             .ok_or(AuthError::Unauthenticated)?;
-        let permissions = self
-            .tokens
-            .get(&hash(&token))
-            .ok_or(AuthError::Unauthenticated)?;
-        if permissions
-            .iter()
-            .any(|p| *p == Permission::Admin || *p == needed)
-        {
-            Ok(())
-        } else {
-            Err(AuthError::Forbidden)
+        let hashed = hash(&token);
+        let allows = |scopes: &[Permission]| {
+            scopes
+                .iter()
+                .any(|p| *p == Permission::Admin || *p == needed)
+        };
+        if let Some(scopes) = self.tokens.get(&hashed) {
+            return if allows(scopes) {
+                Ok(Grant::everything())
+            } else {
+                Err(AuthError::Forbidden)
+            };
         }
+        let Some(storage) = &self.replicated else {
+            return Err(AuthError::Unauthenticated);
+        };
+        storage.with_policies(|p| match p.token_by_hash(&hashed) {
+            None => Err(AuthError::Unauthenticated),
+            Some(t) if !allows(&t.scopes) => Err(AuthError::Forbidden),
+            Some(t) if t.scopes.contains(&Permission::Admin) => Ok(Grant::everything()),
+            Some(t) => Ok(Grant {
+                databases: t.databases.clone(),
+            }),
+        })
     }
 }
 
@@ -183,7 +235,8 @@ fn token_from(headers: &HeaderMap) -> Option<Cow<'_, str>> {
         .map(|t| Cow::Borrowed(t.trim()))
 }
 
-fn generate_token() -> String {
+/// A new random secret (256 bits, hex).
+pub fn generate_token() -> String {
     use rand::Rng;
     let mut rng = rand::rng();
     (0..32)
@@ -224,10 +277,13 @@ mod tests {
             Err(AuthError::Unauthenticated)
         );
         h.insert("authorization", "Bearer s3cret".parse().unwrap());
-        assert_eq!(auth.check(&h, None, Permission::Write), Ok(()));
+        assert_eq!(
+            auth.check(&h, None, Permission::Write),
+            Ok(Grant::everything())
+        );
         assert_eq!(
             auth.check(&HeaderMap::new(), Some("s3cret"), Permission::Admin),
-            Ok(())
+            Ok(Grant::everything())
         );
         assert_eq!(
             auth.check(&HeaderMap::new(), Some("wrong"), Permission::Read),
@@ -236,7 +292,10 @@ mod tests {
         // Basic "user:s3cret" (InfluxDB 1.x clients with username and password).
         let mut basic = HeaderMap::new();
         basic.insert("authorization", "Basic dXNlcjpzM2NyZXQ=".parse().unwrap());
-        assert_eq!(auth.check(&basic, None, Permission::Write), Ok(()));
+        assert_eq!(
+            auth.check(&basic, None, Permission::Write),
+            Ok(Grant::everything())
+        );
         basic.insert("authorization", "Basic dXNlcjp3cm9uZw==".parse().unwrap());
         assert_eq!(
             auth.check(&basic, None, Permission::Write),
@@ -257,6 +316,9 @@ mod tests {
         );
         let mut h = HeaderMap::new();
         h.insert("x-api-key", token.parse().unwrap());
-        assert_eq!(auth.check(&h, None, Permission::Read), Ok(()));
+        assert_eq!(
+            auth.check(&h, None, Permission::Read),
+            Ok(Grant::everything())
+        );
     }
 }

@@ -88,6 +88,7 @@ pub async fn serve(config: Config) -> Result<()> {
     let background = node.spawn_background();
     let auth = if config.auth.enabled {
         Auth::open(&data_dir, std::env::var("QUIVER_BOOTSTRAP_TOKEN").ok())?
+            .with_replicated(storage.clone())
     } else {
         tracing::warn!("authentication is OFF (--auth none): for local development only");
         Auth::disabled()

@@ -23,15 +23,51 @@ use crate::provider::MeasurementTable;
 /// Name of the single catalog; databases are its schemas.
 pub(crate) const CATALOG_NAME: &str = "quiver";
 
-/// The catalog over every database of a [`TableSource`].
+/// The catalog over the databases of a [`TableSource`] a query may see.
 #[derive(Clone)]
 pub(crate) struct QuiverCatalog {
     source: Arc<dyn TableSource>,
+    access: QueryAccess,
 }
 
 impl QuiverCatalog {
-    pub(crate) fn new(source: Arc<dyn TableSource>) -> Self {
-        QuiverCatalog { source }
+    pub(crate) fn new(source: Arc<dyn TableSource>, access: QueryAccess) -> Self {
+        QuiverCatalog { source, access }
+    }
+}
+
+/// Which databases a query may read: all, or a token's list. A database outside the
+/// list does not exist for the query (its tables resolve to "not found"), so a
+/// restricted token cannot learn or read another database through `db.measurement`,
+/// `information_schema` or `SHOW TABLES`.
+#[derive(Debug, Clone, Default)]
+pub struct QueryAccess {
+    databases: Option<Arc<[String]>>,
+}
+
+impl QueryAccess {
+    /// Every database.
+    pub fn all() -> QueryAccess {
+        QueryAccess { databases: None }
+    }
+
+    /// Only these databases.
+    pub fn only(databases: Vec<String>) -> QueryAccess {
+        QueryAccess {
+            databases: Some(databases.into()),
+        }
+    }
+
+    /// Whether the query may read `database`.
+    pub fn allows(&self, database: &str) -> bool {
+        self.databases
+            .as_ref()
+            .is_none_or(|list| list.iter().any(|d| d == database))
+    }
+
+    /// Whether some databases are hidden.
+    pub fn is_restricted(&self) -> bool {
+        self.databases.is_some()
     }
 }
 
@@ -43,16 +79,20 @@ impl std::fmt::Debug for QuiverCatalog {
 
 impl CatalogProvider for QuiverCatalog {
     fn schema_names(&self) -> Vec<String> {
-        self.source.databases()
+        let mut names = self.source.databases();
+        names.retain(|d| self.access.allows(d));
+        names
     }
 
     fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
-        let databases = self.source.databases();
+        let databases = self.schema_names();
         let database = match resolve_name(name, &databases) {
             Some(existing) => existing.to_string(),
             // A database without measurements yet still resolves (to no tables), so the
             // client hears "table not found" rather than "schema not found".
-            None if validate_database_name(name).is_ok() => name.to_string(),
+            None if validate_database_name(name).is_ok() && self.access.allows(name) => {
+                name.to_string()
+            }
             None => return None,
         };
         Some(Arc::new(DatabaseSchema {

@@ -33,7 +33,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::admission::Admission;
-use crate::catalog::{QuiverCatalog, CATALOG_NAME};
+use crate::catalog::{QueryAccess, QuiverCatalog, CATALOG_NAME};
 use crate::config::{QueryConfig, RESULT_CHUNKS_AHEAD_MAX};
 use crate::encode::BatchEncoder;
 use crate::error::Error;
@@ -111,7 +111,7 @@ impl QueryEngine {
         let catalogs = MemoryCatalogProviderList::new();
         catalogs.register_catalog(
             CATALOG_NAME.to_string(),
-            Arc::new(QuiverCatalog::new(Arc::clone(&source))),
+            Arc::new(QuiverCatalog::new(Arc::clone(&source), QueryAccess::all())),
         );
         let base_config = SessionConfig::new()
             .with_default_catalog_and_schema(CATALOG_NAME, "default")
@@ -162,7 +162,8 @@ impl QueryEngine {
     /// Plans `sql` against `database` and starts it; batches arrive as the stream is
     /// polled. The deadline keeps running while the caller consumes the stream.
     pub async fn execute_stream(&self, database: &str, sql: &str) -> Result<QueryStream, Error> {
-        self.start(database, sql, |_| Batches).await
+        self.start(database, sql, &QueryAccess::all(), |_| Batches)
+            .await
     }
 
     /// Like [`execute_stream`](Self::execute_stream), but the result is encoded by
@@ -174,7 +175,20 @@ impl QueryEngine {
         sql: &str,
         encoder: Box<dyn BatchEncoder>,
     ) -> Result<EncodedStream, Error> {
-        self.start(database, sql, |pool| Encoded::new(encoder, pool))
+        self.execute_encoded_as(database, sql, encoder, &QueryAccess::all())
+            .await
+    }
+
+    /// [`execute_encoded`](Self::execute_encoded) for a client that may read only the
+    /// databases `access` allows.
+    pub async fn execute_encoded_as(
+        &self,
+        database: &str,
+        sql: &str,
+        encoder: Box<dyn BatchEncoder>,
+        access: &QueryAccess,
+    ) -> Result<EncodedStream, Error> {
+        self.start(database, sql, access, |pool| Encoded::new(encoder, pool))
             .await
     }
 
@@ -183,6 +197,7 @@ impl QueryEngine {
         &self,
         database: &str,
         sql: &str,
+        access: &QueryAccess,
         sink: impl FnOnce(&Arc<QueryMemoryPool>) -> S,
     ) -> Result<ResultStream<S::Item>, Error> {
         let timeout_ms = self.inner.config.timeout_ms;
@@ -192,7 +207,7 @@ impl QueryEngine {
             self.inner.config.memory_bytes_max,
             Arc::clone(&self.inner.node_memory),
         ));
-        let state = self.session(database, &pool)?;
+        let state = self.session(database, access, &pool)?;
         let sink = sink(&pool);
         let (tx, rx) = mpsc::channel(RESULT_CHUNKS_AHEAD_MAX);
         let task = self.inner.runtime.handle().spawn(produce::run(
@@ -207,7 +222,12 @@ impl QueryEngine {
     }
 
     /// A fresh session for one query against `database`.
-    fn session(&self, database: &str, pool: &Arc<QueryMemoryPool>) -> Result<SessionState, Error> {
+    fn session(
+        &self,
+        database: &str,
+        access: &QueryAccess,
+        pool: &Arc<QueryMemoryPool>,
+    ) -> Result<SessionState, Error> {
         let config = &self.inner.config;
         let mut session_config = SessionConfig::new()
             .with_target_partitions(config.target_partitions)
@@ -223,12 +243,21 @@ impl QueryEngine {
         // Tables declare tags as `Utf8View` themselves (see `provider`); string fields
         // stay `Utf8`, as declared, rather than being coerced to views behind our back.
         parquet.schema_force_view_types = false;
-        Ok(
-            SessionStateBuilder::new_from_existing(self.inner.base_state.clone())
-                .with_config(session_config)
-                .with_runtime_env(self.runtime_env(pool)?)
-                .build(),
-        )
+        let mut builder = SessionStateBuilder::new_from_existing(self.inner.base_state.clone())
+            .with_config(session_config)
+            .with_runtime_env(self.runtime_env(pool)?);
+        if access.is_restricted() {
+            let catalogs = MemoryCatalogProviderList::new();
+            catalogs.register_catalog(
+                CATALOG_NAME.to_string(),
+                Arc::new(QuiverCatalog::new(
+                    Arc::clone(&self.inner.source),
+                    access.clone(),
+                )),
+            );
+            builder = builder.with_catalog_list(Arc::new(catalogs) as Arc<dyn CatalogProviderList>);
+        }
+        Ok(builder.build())
     }
 
     /// Per-query runtime environment: its memory pool, no spilling, and an object store

@@ -30,6 +30,7 @@ mod sandbox;
 mod stream;
 mod udf;
 
+pub use catalog::QueryAccess;
 pub use config::{QueryConfig, JOIN_PAIRS_MAX_DEFAULT};
 pub use engine::{QueryEngine, QueryOutput, QueryStats, STORAGE_URL};
 pub use error::Error;

@@ -5,7 +5,7 @@
 
 use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
-use quiver_storage::{decode_batch, encode_batch, TableKey};
+use quiver_storage::{decode_batch, encode_batch, PolicyChange, PolicyOutcome, TableKey};
 use serde::{Deserialize, Serialize};
 
 /// One measurement's rows inside a write.
@@ -83,6 +83,8 @@ pub enum Command {
     Write(WriteCommand),
     /// Freeze buffers for flushing.
     Flush(FlushCommand),
+    /// Change the replicated settings (tokens, lifecycle rules).
+    Policy(PolicyChange),
 }
 
 impl std::fmt::Display for Command {
@@ -90,6 +92,7 @@ impl std::fmt::Display for Command {
         match self {
             Command::Write(w) => write!(f, "write {} rows to {}", w.rows(), w.database),
             Command::Flush(fl) => write!(f, "flush {} tables", fl.tables.len()),
+            Command::Policy(change) => write!(f, "policy change {change:?}"),
         }
     }
 }
@@ -104,6 +107,8 @@ pub enum CommandResult {
     },
     /// Buffers were frozen.
     Flushed,
+    /// A replicated setting was changed (or the change was refused, identically).
+    Policy(PolicyOutcome),
     /// A blank or membership entry: nothing for the client.
     Noop,
     /// The command was refused, identically on every replica (e.g. a schema conflict).

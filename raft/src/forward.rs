@@ -17,6 +17,8 @@ pub const FORWARD_PATH: &str = "/internal/forward";
 pub enum LeaderRequest {
     /// Propose rows.
     Write(WriteCommand),
+    /// Propose a change of the replicated settings.
+    Policy(quiver_storage::PolicyChange),
     /// Confirm leadership and return the index a linearizable read must wait for.
     ReadIndex,
     /// Add a non-voting member that starts receiving the log.

@@ -343,11 +343,21 @@ impl RaftNode {
     /// leader answers, this node also waits until it has applied the entry itself, so a
     /// local read here right after sees the write (read-your-writes through a follower).
     pub async fn write(&self, command: WriteCommand) -> Result<CommandResult, WriteError> {
+        self.commit(LeaderRequest::Write(command)).await
+    }
+
+    /// Proposes a change of the replicated settings (tokens, lifecycle rules), like
+    /// [`RaftNode::write`]: committed on the leader, applied here before it returns.
+    pub async fn change_policy(
+        &self,
+        change: quiver_storage::PolicyChange,
+    ) -> Result<CommandResult, WriteError> {
+        self.commit(LeaderRequest::Policy(change)).await
+    }
+
+    async fn commit(&self, request: LeaderRequest) -> Result<CommandResult, WriteError> {
         let deadline = Instant::now() + Duration::from_millis(self.config.write_timeout_ms);
-        let (result, index) = match self
-            .on_leader(LeaderRequest::Write(command), deadline)
-            .await?
-        {
+        let (result, index) = match self.on_leader(request, deadline).await? {
             LeaderAnswer::Committed { result, index } => (result, index),
             other => return Err(WriteError::Unknown(format!("unexpected answer {other:?}"))),
         };
@@ -357,16 +367,16 @@ impl RaftNode {
         if self
             .raft
             .wait(Some(wait))
-            .applied_index_at_least(Some(index), "forwarded write applied here")
+            .applied_index_at_least(Some(index), "forwarded entry applied here")
             .await
             .is_err()
         {
-            // Committed all the same: answering an error would make the client write it
+            // Committed all the same: answering an error would make the client send it
             // twice. The read-your-writes promise is what slipped; count it.
             metrics::counter!("quiver_write_visibility_waits_expired_total").increment(1);
             tracing::warn!(
                 index,
-                "a committed write was not yet applied on this node at its deadline"
+                "a committed entry was not yet applied on this node at its deadline"
             );
         }
         Ok(result)
@@ -520,6 +530,10 @@ impl RaftNode {
                     .await
                     .map(|(result, index)| LeaderAnswer::Committed { result, index })
             }
+            LeaderRequest::Policy(change) => self
+                .propose_until(Command::Policy(change), deadline)
+                .await
+                .map(|(result, index)| LeaderAnswer::Committed { result, index }),
             LeaderRequest::ReadIndex => match self.raft.ensure_linearizable().await {
                 Ok(read) => Ok(LeaderAnswer::ReadIndex(read.map(|l| l.index))),
                 Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {

@@ -272,6 +272,7 @@ mod tests {
         let image = MemoryImage {
             tables: Vec::new(),
             files: files.clone(),
+            policies: Default::default(),
         };
         let meta = meta_at(1_000_000);
         let started = Instant::now();

@@ -203,6 +203,9 @@ impl StateMachine {
                     StoredMembership::new(Some(entry.log_id), m.clone());
                 CommandResult::Noop
             }
+            EntryPayload::Normal(Command::Policy(change)) => {
+                CommandResult::Policy(self.storage.apply_policy(index, change.clone()))
+            }
             EntryPayload::Normal(Command::Flush(flush)) => {
                 self.storage.apply_flush(index, &flush.tables);
                 CommandResult::Flushed

@@ -187,11 +187,12 @@ pub struct Admitted {
 /// sent it), so the status reaches the client.
 pub async fn admit(
     app: &AppState,
+    database: &str,
     headers: &HeaderMap,
     params: &HashMap<String, String>,
     body: &mut Option<Body>,
 ) -> Result<Admitted, ApiError> {
-    match check(app, headers, params) {
+    match check(app, database, headers, params) {
         Ok(admitted) => Ok(admitted),
         Err(refusal) => {
             if let Some(body) = body.take() {
@@ -208,10 +209,13 @@ pub async fn admit(
 
 fn check(
     app: &AppState,
+    database: &str,
     headers: &HeaderMap,
     params: &HashMap<String, String>,
 ) -> Result<Admitted, ApiError> {
-    app.auth.check_request(headers, params, Permission::Write)?;
+    app.auth
+        .check_request(headers, params, Permission::Write)?
+        .database(database)?;
     if let Some(reason) = app.node.fatal() {
         return Err(refused(
             "failing",

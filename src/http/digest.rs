@@ -36,7 +36,8 @@ pub async fn digest(
     Query(params): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    app.auth
+    let grant = app
+        .auth
         .check_request(&headers, &params, Permission::Read)?;
     let applied = app
         .node
@@ -48,6 +49,9 @@ pub async fn digest(
     let database = params.get("database").map(String::as_str);
     let mut tables = Vec::new();
     for summary in app.storage.summaries(database) {
+        if grant.database(&summary.key.database).is_err() {
+            continue;
+        }
         let key = summary.key;
         let partitions = table_digest(&app, &key.database, &key.measurement).await?;
         tables.push(json!({

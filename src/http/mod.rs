@@ -13,6 +13,7 @@ mod query;
 mod query_response;
 mod query_sql;
 pub mod server;
+mod tokens;
 mod write;
 
 pub use admission::{VolumeWatch, WriteBudget};
@@ -107,7 +108,9 @@ pub fn router(state: AppState) -> Router {
             post(cluster::cluster_add_learner),
         )
         .route("/api/v1/cluster/promote", post(cluster::cluster_promote))
-        .route("/api/v1/cluster/remove", post(cluster::cluster_remove));
+        .route("/api/v1/cluster/remove", post(cluster::cluster_remove))
+        .route("/api/v1/tokens", post(tokens::create).get(tokens::list))
+        .route("/api/v1/tokens/{id}", axum::routing::delete(tokens::revoke));
     let routes = if clustered {
         public.merge(internal_router())
     } else {

@@ -90,7 +90,8 @@ pub async fn measurements(
     Query(params): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    app.auth
+    let grant = app
+        .auth
         .check_request(&headers, &params, Permission::Read)?;
     let database = params
         .get("database")
@@ -100,6 +101,7 @@ pub async fn measurements(
         .storage
         .summaries(database)
         .into_iter()
+        .filter(|s| grant.database(&s.key.database).is_ok())
         .map(|s| {
             json!({
                 "database": s.key.database,

@@ -9,6 +9,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
 use quiver_query::encode::Format;
+use quiver_query::QueryAccess;
 use serde::Deserialize;
 
 use super::error::ApiError;
@@ -44,13 +45,14 @@ async fn prepare(
     params: &HashMap<String, String>,
     headers: &HeaderMap,
     request: &QueryRequest,
-) -> Result<String, ApiError> {
-    app.auth.check_request(headers, params, Permission::Read)?;
+) -> Result<(String, QueryAccess), ApiError> {
+    let grant = app.auth.check_request(headers, params, Permission::Read)?;
     let mut params = params.clone();
     if let Some(db) = &request.database {
         params.entry("db".into()).or_insert_with(|| db.clone());
     }
     let database = database_of(headers, &params)?;
+    grant.database(&database)?;
     match request.consistency.as_deref() {
         None | Some("local") => {}
         Some("linearizable") => {
@@ -68,7 +70,7 @@ async fn prepare(
             )))
         }
     }
-    Ok(database)
+    Ok((database, grant.query_access()))
 }
 
 async fn run(
@@ -80,8 +82,8 @@ async fn run(
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
     let request = parse_request(body)?;
-    let database = prepare(app, params, headers, &request).await?;
-    stream_query(app, &database, &request.sql, format, started).await
+    let (database, access) = prepare(app, params, headers, &request).await?;
+    stream_query(app, &database, &access, &request.sql, format, started).await
 }
 
 /// Handles `POST /api/v1/query`.

@@ -20,7 +20,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::StreamExt;
 use quiver_query::encode::Format;
-use quiver_query::EncodedStream;
+use quiver_query::{EncodedStream, QueryAccess};
 
 use super::error::ApiError;
 use super::AppState;
@@ -36,18 +36,19 @@ pub fn query_error(e: quiver_query::Error) -> ApiError {
     ApiError::with_status(status, e.to_string())
 }
 
-/// Runs `sql` against `database` and answers with its result in `format`, streamed.
+/// Runs `sql` against `database` (seeing only what `access` allows) and answers with its result in `format`, streamed.
 /// `started` is when the request arrived.
 pub async fn stream_query(
     app: &AppState,
     database: &str,
+    access: &QueryAccess,
     sql: &str,
     format: Format,
     started: Instant,
 ) -> Result<Response, ApiError> {
     let mut stream = app
         .query
-        .execute_encoded(database, sql, format.encoder(started))
+        .execute_encoded_as(database, sql, format.encoder(started), access)
         .await
         .map_err(query_error)?;
     let first = match stream.next().await {

@@ -65,7 +65,7 @@ async fn run(
     request: SqlRequest,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
-    app.auth.check_request(headers, params, Permission::Read)?;
+    let grant = app.auth.check_request(headers, params, Permission::Read)?;
     let param = |name: &str| params.get(name).cloned();
     let database = request
         .db
@@ -73,6 +73,7 @@ async fn run(
         .ok_or_else(|| ApiError::bad_request("missing parameter `db` (the database)"))?;
     quiver_storage::validate_database_name(&database)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    grant.database(&database)?;
     let sql = request
         .q
         .or_else(|| param("q"))
@@ -85,5 +86,5 @@ async fn run(
             ))
         })?,
     };
-    stream_query(app, &database, &sql, format, started).await
+    stream_query(app, &database, &grant.query_access(), &sql, format, started).await
 }

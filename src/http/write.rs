@@ -79,7 +79,7 @@ pub async fn write(
     decode: DecodeStep,
 ) -> Result<StatusCode, ApiError> {
     let mut body = Some(body);
-    let mut admitted = admit(app, &headers, params, &mut body).await?;
+    let mut admitted = admit(app, &database, &headers, params, &mut body).await?;
     let Some(body) = body else {
         return Err(ApiError::internal("request body already taken"));
     };
@@ -196,20 +196,28 @@ async fn propose(app: &AppState, command: WriteCommand) -> Result<(), ApiError> 
         Ok(other) => Err(ApiError::internal(format!(
             "unexpected apply result {other:?}"
         ))),
-        Err(WriteError::NotLeader { leader }) => Err(ApiError::overloaded(
+        Err(e) => Err(write_error(e)),
+    }
+}
+
+/// The answer for a proposal that did not commit: 503 when nothing was appended, 504
+/// when the outcome is unknown.
+pub fn write_error(e: WriteError) -> ApiError {
+    match e {
+        WriteError::NotLeader { leader } => ApiError::overloaded(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("no leader reachable (last known: {leader:?}); retry"),
             RETRY_AFTER_S,
-        )),
-        Err(WriteError::Unavailable(message)) => Err(ApiError::overloaded(
+        ),
+        WriteError::Unavailable(message) => ApiError::overloaded(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("cannot commit writes now: {message}"),
             RETRY_AFTER_S,
-        )),
+        ),
         // Not a 503: that would promise nothing was written.
-        Err(WriteError::Unknown(message)) => Err(ApiError::with_status(
+        WriteError::Unknown(message) => ApiError::with_status(
             StatusCode::GATEWAY_TIMEOUT,
-            format!("the write may or may not have been applied: {message}"),
-        )),
+            format!("the change may or may not have been applied: {message}"),
+        ),
     }
 }

@@ -8,6 +8,8 @@
 //! * `M` (header `{"files": n}`) opens the manifest of Parquet files, and `n` `P` frames
 //!   follow, each one file's [`FileMeta`] as its JSON body: the manifest is streamed one
 //!   file at a time, never held as one buffer on either side;
+//! * `K` (body: JSON) carries the replicated settings ([`Policies`]: tokens, lifecycle
+//!   rules); an image without it has none;
 //! * `F` starts a frozen segment (its batches follow as `B` frames), `A` is one
 //!   live-buffer batch, `E` ends the image. Bodies of `B` and `A` are Arrow IPC.
 //!
@@ -25,6 +27,7 @@ use crate::error::{Error, Result};
 use crate::ids::LogIndex;
 use crate::ipc::{decode_batch, encode_batch};
 use crate::meta::{ColumnMeta, FileMeta};
+use crate::policies::Policies;
 use crate::schema::{canonical_schema, ColumnKind};
 use crate::store::{MemoryImage, TableImage, TableKey};
 use crate::table_state::{Buffered, Frozen};
@@ -55,6 +58,7 @@ const KIND_FROZEN: u8 = b'F';
 const KIND_BATCH: u8 = b'B';
 const KIND_ACTIVE: u8 = b'A';
 const KIND_END: u8 = b'E';
+const KIND_POLICIES: u8 = b'K';
 
 /// Largest body a frame of `kind` may have, in bytes; shared by writer and reader.
 fn body_bytes_max(kind: u8) -> u64 {
@@ -152,6 +156,7 @@ pub fn write_image(image: &MemoryImage, w: &mut impl Write) -> Result<()> {
         serde_json::to_writer(&mut body, meta).map_err(|e| Error::InvalidPayload(e.to_string()))?;
         write_frame(w, KIND_FILE, &[], &body)?;
     }
+    write_frame(w, KIND_POLICIES, &[], &json(&image.policies)?)?;
     for table in &image.tables {
         for segment in &table.frozen {
             let columns = segment
@@ -309,6 +314,7 @@ pub fn read_image(r: &mut impl Read) -> Result<MemoryImage> {
         read_manifest(r, &header, &mut frame)?
     };
     let mut tables: Vec<TableImage> = Vec::new();
+    let mut policies = Policies::default();
     fn table_of<'t>(tables: &'t mut Vec<TableImage>, key: &TableKey) -> &'t mut TableImage {
         let position = match tables.iter().position(|t| &t.key == key) {
             Some(p) => p,
@@ -327,6 +333,7 @@ pub fn read_image(r: &mut impl Read) -> Result<MemoryImage> {
         read_frame(r, HEADER_BYTES_MAX, &mut frame)?;
         match frame.kind {
             KIND_END => break,
+            KIND_POLICIES => policies = parse(&frame.body)?,
             KIND_FROZEN => {
                 let header: FrozenHeader = parse(&frame.header)?;
                 let schema = canonical_schema(
@@ -363,7 +370,11 @@ pub fn read_image(r: &mut impl Read) -> Result<MemoryImage> {
             other => return Err(corrupt(format!("unknown frame kind {other}"))),
         }
     }
-    Ok(MemoryImage { tables, files })
+    Ok(MemoryImage {
+        tables,
+        files,
+        policies,
+    })
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ mod meta;
 mod msgpack;
 mod parquet_encode;
 mod paths;
+mod policies;
 mod rows;
 mod schema;
 mod store;
@@ -49,6 +50,7 @@ pub use meta::{ColumnMeta, FileMeta, FILE_META_KEY};
 pub use msgpack::decode_msgpack;
 pub use parquet_encode::ParquetSettings;
 pub use paths::{escaped_len, parquet_path, PATH_COMPONENT_BYTES_MAX};
+pub use policies::{Policies, PolicyChange, PolicyOutcome, Scope, TokenRecord};
 pub use rows::{FieldValue, RowBatchBuilder, RowError};
 pub use schema::{
     canonical_schema, conform, tag_type, widen_integers_to_stored, with_tags_as, ColumnKind,

@@ -19,4 +19,5 @@ mod query_safety;
 mod query_values;
 mod restart;
 mod sizing;
+mod tokens;
 mod writers;

@@ -31,14 +31,20 @@ async fn a_snapshot_listing_thousands_of_files_survives_a_restart() {
             .with("QUIVER_RAFT_SNAPSHOT_INTERVAL_MS_MIN", 100),
     )
     .await;
-    let (status, text) = node.write_msgpack("db", hourly_rows("backfill", hours)).await;
+    let (status, text) = node
+        .write_msgpack("db", hourly_rows("backfill", hours))
+        .await;
     assert_eq!(status, 204, "{text}");
-    node.wait_for("files written and the log purged", Duration::from_secs(240), || async {
-        node.metric("quiver_parquet_files").await >= hours as f64
-            && node.metric("quiver_buffer_rows").await == 0.0
-            && node.metric("quiver_frozen_segments").await == 0.0
-            && node.metric("quiver_snapshots_built_total").await >= 1.0
-    })
+    node.wait_for(
+        "files written and the log purged",
+        Duration::from_secs(240),
+        || async {
+            node.metric("quiver_parquet_files").await >= hours as f64
+                && node.metric("quiver_buffer_rows").await == 0.0
+                && node.metric("quiver_frozen_segments").await == 0.0
+                && node.metric("quiver_snapshots_built_total").await >= 1.0
+        },
+    )
     .await;
     node.restart().await;
     assert!(
@@ -57,34 +63,43 @@ async fn a_snapshot_listing_thousands_of_files_survives_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_table_whose_files_cannot_be_written_stalls_no_other() {
     let dir = tempfile::tempdir().unwrap();
-    let node = Node::start(NodeSpec::new(dir.path()).with("QUIVER_STORAGE_FLUSH_AGE_MS", 200)).await;
+    let node =
+        Node::start(NodeSpec::new(dir.path()).with("QUIVER_STORAGE_FLUSH_AGE_MS", 200)).await;
     // Where `blocked`'s files would go, a plain file: creating its directories fails.
     let parquet = node.spec.data_dir.join("parquet").join("data").join("db");
     std::fs::create_dir_all(&parquet).unwrap();
     std::fs::write(parquet.join("blocked"), b"not a directory").unwrap();
     let (status, text) = node.write_msgpack("db", hourly_rows("blocked", 2)).await;
     assert_eq!(status, 204, "{text}");
-    node.wait_for("the blocked table to fail", Duration::from_secs(30), || async {
-        node.metric("quiver_flush_failures_total").await >= 1.0
-    })
+    node.wait_for(
+        "the blocked table to fail",
+        Duration::from_secs(30),
+        || async { node.metric("quiver_flush_failures_total").await >= 1.0 },
+    )
     .await;
     // Other tables, flushed after it, are written while it keeps failing.
     for m in ["free1", "free2", "free3"] {
         let (status, text) = node.write_msgpack("db", hourly_rows(m, 3)).await;
         assert_eq!(status, 204, "{text}");
     }
-    node.wait_for("the other tables' files", Duration::from_secs(30), || async {
-        node.metric("quiver_parquet_files").await >= 9.0
-    })
+    node.wait_for(
+        "the other tables' files",
+        Duration::from_secs(30),
+        || async { node.metric("quiver_parquet_files").await >= 9.0 },
+    )
     .await;
     assert_eq!(node.metric("quiver_tables_failing_to_flush").await, 1.0);
     // The blocked rows stay queryable from memory, and are written once the cause goes.
     let rows = node.rows("db", "SELECT count(*) FROM blocked").await;
     assert_eq!(rows[0][0], json!(2));
     std::fs::remove_file(parquet.join("blocked")).unwrap();
-    node.wait_for("the blocked table's files", Duration::from_secs(60), || async {
-        node.metric("quiver_parquet_files").await >= 11.0
-            && node.metric("quiver_tables_failing_to_flush").await == 0.0
-    })
+    node.wait_for(
+        "the blocked table's files",
+        Duration::from_secs(60),
+        || async {
+            node.metric("quiver_parquet_files").await >= 11.0
+                && node.metric("quiver_tables_failing_to_flush").await == 0.0
+        },
+    )
     .await;
 }

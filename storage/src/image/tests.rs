@@ -59,7 +59,31 @@ fn image_of(files: Vec<FileMeta>) -> MemoryImage {
             }],
         }],
         files,
+        policies: Default::default(),
     }
+}
+
+#[test]
+fn replicated_settings_travel_in_the_image() {
+    use crate::policies::{PolicyChange, Scope, TokenRecord};
+    let mut image = image_of(Vec::new());
+    image.policies.apply(
+        LogIndex(7),
+        PolicyChange::CreateToken(TokenRecord {
+            id: "t1".into(),
+            name: "telegraf".into(),
+            sha256: "ab".repeat(32),
+            scopes: vec![Scope::Write],
+            databases: Some(vec!["telemetry".into()]),
+            created_index: LogIndex(0),
+            created_at_ms: 1,
+        }),
+    );
+    let mut bytes = Vec::new();
+    write_image(&image, &mut bytes).unwrap();
+    let back = read_image(&mut bytes.as_slice()).unwrap();
+    assert_eq!(back.policies, image.policies);
+    assert_eq!(back.policies.tokens["t1"].created_index, LogIndex(7));
 }
 
 /// Version 1 put the whole manifest in one frame header, which the reader refused past

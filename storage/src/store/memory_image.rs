@@ -6,6 +6,7 @@ use std::time::Instant;
 use super::{Storage, TableKey};
 use crate::error::Result;
 use crate::meta::FileMeta;
+use crate::policies::Policies;
 use crate::table_state::{Buffered, Frozen};
 
 impl Storage {
@@ -28,7 +29,11 @@ impl Storage {
                 active: state.active.clone(),
             });
         }
-        MemoryImage { tables: out, files }
+        MemoryImage {
+            tables: out,
+            files,
+            policies: self.policies.read().clone(),
+        }
     }
 
     /// Every Parquet file, for a snapshot's manifest.
@@ -58,6 +63,7 @@ impl Storage {
     /// (segments written after the snapshot was taken). Call before replaying the log.
     pub fn restore_memory(&self, image: MemoryImage) -> Result<()> {
         let now = Instant::now();
+        *self.policies.write() = image.policies;
         let mut frozen_any = false;
         for TableImage {
             key,
@@ -108,6 +114,8 @@ pub struct MemoryImage {
     pub tables: Vec<TableImage>,
     /// Every Parquet file at capture time (the snapshot's manifest).
     pub files: Vec<FileMeta>,
+    /// The replicated settings at capture time.
+    pub policies: Policies,
 }
 
 /// One table's unwritten rows.

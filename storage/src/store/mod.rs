@@ -23,7 +23,9 @@ use serde::{Deserialize, Serialize};
 use crate::catalog::{catalog_dir, quarantine_dir, Catalog, CatalogReport};
 use crate::durable::create_dir_all_durably;
 use crate::error::Result;
+use crate::ids::LogIndex;
 use crate::parquet_encode::ParquetSettings;
+use crate::policies::{Policies, PolicyChange, PolicyOutcome};
 use crate::table_state::TableState;
 
 mod apply;
@@ -149,6 +151,8 @@ pub struct Storage {
     /// Tables whose last segment write failed, and when they may be tried again: one
     /// table that cannot be written never holds up the others.
     persist_backoff: parking_lot::Mutex<BTreeMap<TableKey, persist::Backoff>>,
+    /// Replicated settings (tokens, lifecycle rules), changed only by log entries.
+    policies: RwLock<Policies>,
     report: OpenReport,
 }
 
@@ -195,8 +199,24 @@ impl Storage {
             memory_bytes: AtomicUsize::new(0),
             frozen_wakeup: tokio::sync::Notify::new(),
             persist_backoff: parking_lot::Mutex::new(BTreeMap::new()),
+            policies: RwLock::new(Policies::default()),
             report,
         })
+    }
+
+    /// Applies a committed change of the replicated settings at `index`.
+    pub fn apply_policy(&self, index: LogIndex, change: PolicyChange) -> PolicyOutcome {
+        self.policies.write().apply(index, change)
+    }
+
+    /// The replicated settings now (a copy).
+    pub fn policies(&self) -> Policies {
+        self.policies.read().clone()
+    }
+
+    /// Runs `f` over the replicated settings without copying them.
+    pub fn with_policies<T>(&self, f: impl FnOnce(&Policies) -> T) -> T {
+        f(&self.policies.read())
     }
 
     /// What opening found.

@@ -1,0 +1,144 @@
+//! Cluster-wide settings that change through the log, like rows do: API tokens today,
+//! and the data lifecycle's rules (retention, deletes, continuous queries) as they come.
+//!
+//! Every change is a [`PolicyChange`] committed in the Raft log and applied by every
+//! replica at the same index, so each node holds the same [`Policies`] at every index;
+//! they travel in snapshots (the memory image) beside the rows. Applying is
+//! deterministic: no clocks, no randomness (ids and secrets are chosen by the node that
+//! proposed the change, before it entered the log).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::LogIndex;
+
+/// What a token may do. `Admin` implies the others on every database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// Run queries.
+    Read,
+    /// Write rows.
+    Write,
+    /// Everything, including cluster, token and lifecycle management.
+    Admin,
+}
+
+/// An API token as every replica stores it: never the secret, only its SHA-256.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenRecord {
+    /// Public identifier (for listing and revoking).
+    pub id: String,
+    /// A label chosen by whoever created it.
+    pub name: String,
+    /// Hex SHA-256 of the secret.
+    pub sha256: String,
+    /// What it may do.
+    pub scopes: Vec<Scope>,
+    /// The databases it may read or write; `None`: all of them.
+    pub databases: Option<Vec<String>>,
+    /// Log index of the entry that created it (orders the list; a stable "when").
+    pub created_index: LogIndex,
+    /// Creation time in milliseconds since the epoch, as the proposing node saw it.
+    pub created_at_ms: i64,
+}
+
+/// The replicated settings. New fields are added with `#[serde(default)]`, so images
+/// written before they existed still read.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Policies {
+    /// API tokens by id.
+    #[serde(default)]
+    pub tokens: BTreeMap<String, TokenRecord>,
+}
+
+/// A change to [`Policies`], as carried by a log entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PolicyChange {
+    /// Adds a token (its `created_index` is set when applied).
+    CreateToken(TokenRecord),
+    /// Removes a token.
+    RevokeToken {
+        /// The token's id.
+        id: String,
+    },
+}
+
+/// What applying a [`PolicyChange`] did; identical on every replica.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PolicyOutcome {
+    /// The change took effect.
+    Applied,
+    /// The change named something that does not exist (e.g. an unknown token id).
+    NotFound,
+    /// The change conflicts with the current state (e.g. a token id already taken).
+    Conflict(String),
+}
+
+impl Policies {
+    /// Applies `change` at log index `index`.
+    pub fn apply(&mut self, index: LogIndex, change: PolicyChange) -> PolicyOutcome {
+        match change {
+            PolicyChange::CreateToken(mut token) => {
+                if self.tokens.contains_key(&token.id) {
+                    return PolicyOutcome::Conflict(format!("token id {} exists", token.id));
+                }
+                token.created_index = index;
+                self.tokens.insert(token.id.clone(), token);
+                PolicyOutcome::Applied
+            }
+            PolicyChange::RevokeToken { id } => match self.tokens.remove(&id) {
+                Some(_) => PolicyOutcome::Applied,
+                None => PolicyOutcome::NotFound,
+            },
+        }
+    }
+
+    /// The token whose secret hashes to `sha256`, if any.
+    pub fn token_by_hash(&self, sha256: &str) -> Option<&TokenRecord> {
+        self.tokens.values().find(|t| t.sha256 == sha256)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token(id: &str) -> TokenRecord {
+        TokenRecord {
+            id: id.into(),
+            name: "ci".into(),
+            sha256: format!("hash-{id}"),
+            scopes: vec![Scope::Write],
+            databases: Some(vec!["db".into()]),
+            created_index: LogIndex(0),
+            created_at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn tokens_are_created_once_and_revoked_once() {
+        let mut p = Policies::default();
+        assert_eq!(
+            p.apply(LogIndex(5), PolicyChange::CreateToken(token("a"))),
+            PolicyOutcome::Applied
+        );
+        assert_eq!(p.tokens["a"].created_index, LogIndex(5));
+        assert!(matches!(
+            p.apply(LogIndex(6), PolicyChange::CreateToken(token("a"))),
+            PolicyOutcome::Conflict(_)
+        ));
+        assert_eq!(p.token_by_hash("hash-a").map(|t| t.id.as_str()), Some("a"));
+        let revoke = PolicyChange::RevokeToken { id: "a".into() };
+        assert_eq!(p.apply(LogIndex(7), revoke.clone()), PolicyOutcome::Applied);
+        assert_eq!(p.apply(LogIndex(8), revoke), PolicyOutcome::NotFound);
+        assert!(p.token_by_hash("hash-a").is_none());
+    }
+
+    #[test]
+    fn an_image_without_policies_reads_as_empty() {
+        let p: Policies = serde_json::from_str("{}").unwrap();
+        assert_eq!(p, Policies::default());
+    }
+}
