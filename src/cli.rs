@@ -58,6 +58,16 @@ pub struct ServeArgs {
     /// `none` turns authentication off (local development only).
     #[arg(long)]
     pub auth: Option<String>,
+    /// Certificate chain (PEM) of the listener; with --tls-key the port speaks HTTPS
+    /// (http.tls_cert).
+    #[arg(long)]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert (http.tls_key).
+    #[arg(long)]
+    pub tls_key: Option<PathBuf>,
+    /// CA (PEM) that peers' certificates chain to (cluster.tls_ca).
+    #[arg(long)]
+    pub tls_ca: Option<PathBuf>,
 }
 
 /// `quiver sizing ...`
@@ -78,6 +88,10 @@ pub struct ClusterTarget {
     /// Admin token (or QUIVER_TOKEN).
     #[arg(long, env = "QUIVER_TOKEN")]
     pub token: Option<String>,
+    /// CA (PEM) the node's certificate must chain to; an address without a scheme is
+    /// then reached over https (or QUIVER_CA).
+    #[arg(long, env = "QUIVER_CA")]
+    pub ca: Option<PathBuf>,
 }
 
 /// `quiver cluster ...`

@@ -33,12 +33,12 @@ pub async fn run(command: ClusterCommand) -> Result<()> {
 }
 
 async fn call(target: &ClusterTarget, path: &str, body: Option<Value>) -> Result<Value> {
-    let client = reqwest::Client::builder()
+    let client = crate::tls::client_builder("--ca", target.ca.as_deref())?
         .timeout(Duration::from_secs(600))
         .build()?;
     let url = format!(
         "{}/api/v1/cluster/{path}",
-        quiver_raft::base_url(&target.url)
+        crate::tls::node_base_url(&target.url, target.ca.is_some())
     );
     let mut request = match &body {
         Some(body) => client.post(&url).json(body),

@@ -68,6 +68,11 @@ pub struct HttpConfig {
     pub connections_max: usize,
     /// Longest a graceful stop (SIGTERM) waits for open requests.
     pub shutdown_timeout_ms: u64,
+    /// Certificate chain (PEM) of the listener; with `tls_key`, the port speaks HTTPS
+    /// only, and peers are reached over HTTPS too.
+    pub tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of `tls_cert`.
+    pub tls_key: Option<PathBuf>,
 }
 
 impl Default for HttpConfig {
@@ -83,6 +88,8 @@ impl Default for HttpConfig {
             header_timeout_ms: 30_000,
             connections_max: 1_024,
             shutdown_timeout_ms: 30_000,
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }
@@ -167,6 +174,9 @@ pub struct ClusterSection {
     pub secret: String,
     /// Address others reach this node at; default: `http.addr`.
     pub advertise_addr: Option<String>,
+    /// CA certificates (PEM) that peers' certificates must chain to; needed when peers
+    /// are reached over HTTPS.
+    pub tls_ca: Option<PathBuf>,
 }
 
 impl Default for ClusterSection {
@@ -176,6 +186,7 @@ impl Default for ClusterSection {
             peers: String::new(),
             secret: String::new(),
             advertise_addr: None,
+            tls_ca: None,
         }
     }
 }
@@ -308,6 +319,12 @@ pub struct Overrides {
     pub peers: Option<String>,
     /// `--auth none`
     pub auth_disabled: bool,
+    /// `--tls-cert`
+    pub tls_cert: Option<PathBuf>,
+    /// `--tls-key`
+    pub tls_key: Option<PathBuf>,
+    /// `--tls-ca`
+    pub tls_ca: Option<PathBuf>,
 }
 
 impl Config {
@@ -347,6 +364,15 @@ impl Config {
         }
         if flags.auth_disabled {
             config.auth.enabled = false;
+        }
+        if let Some(path) = &flags.tls_cert {
+            config.http.tls_cert = Some(path.clone());
+        }
+        if let Some(path) = &flags.tls_key {
+            config.http.tls_key = Some(path.clone());
+        }
+        if let Some(path) = &flags.tls_ca {
+            config.cluster.tls_ca = Some(path.clone());
         }
         config.validate()?;
         Ok(config)
@@ -408,6 +434,22 @@ impl Config {
         Ok(out)
     }
 
+    /// The listener's certificate and key files when TLS is on: both set, or neither.
+    pub fn tls_files(&self) -> Result<Option<(&Path, &Path)>> {
+        match (&self.http.tls_cert, &self.http.tls_key) {
+            (Some(cert), Some(key)) => Ok(Some((cert, key))),
+            (None, None) => Ok(None),
+            (Some(cert), None) => bail!(
+                "http.tls_cert is set ({}) but http.tls_key is not: TLS needs both (--tls-key)",
+                cert.display()
+            ),
+            (None, Some(key)) => bail!(
+                "http.tls_key is set ({}) but http.tls_cert is not: TLS needs both (--tls-cert)",
+                key.display()
+            ),
+        }
+    }
+
     /// The WAL sync mode.
     pub fn wal_sync(&self) -> Result<quiver_wal::SyncMode> {
         self.wal
@@ -425,6 +467,12 @@ impl Config {
         let peers = self.peers()?;
         if !peers.is_empty() && self.cluster.secret.trim().len() < 16 {
             bail!("cluster.secret (QUIVER_CLUSTER_SECRET) must be set to at least 16 characters when cluster.peers is");
+        }
+        let tls = self.tls_files()?.is_some();
+        let https_peers = peers.iter().any(|(_, addr)| addr.starts_with("https://"));
+        let other_peers = peers.iter().any(|(id, _)| *id != self.cluster.node_id);
+        if self.cluster.tls_ca.is_none() && ((tls && other_peers) || https_peers) {
+            bail!("cluster.tls_ca (--tls-ca) must name the CA that signed the peers' certificates when peers are reached over https");
         }
         if self.raft.election_timeout_ms_min <= self.raft.heartbeat_interval_ms
             || self.raft.election_timeout_ms_max <= self.raft.election_timeout_ms_min
@@ -620,6 +668,32 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn tls_needs_both_files_and_a_ca_for_peers() {
+        let dir = tempfile::tempdir().unwrap();
+        let flags = Overrides {
+            data_dir: Some(dir.path().to_path_buf()),
+            tls_cert: Some(dir.path().join("node.crt")),
+            ..Default::default()
+        };
+        let err = Config::load(None, std::iter::empty(), &flags).unwrap_err();
+        assert!(err.to_string().contains("http.tls_key"), "{err}");
+        let flags = Overrides {
+            tls_key: Some(dir.path().join("node.key")),
+            peers: Some("1=127.0.0.1:1,2=127.0.0.1:2".into()),
+            ..flags
+        };
+        let secret = env(&[("QUIVER_CLUSTER_SECRET", "0123456789abcdef0123")]);
+        let err = Config::load(None, secret.clone().into_iter(), &flags).unwrap_err();
+        assert!(err.to_string().contains("cluster.tls_ca"), "{err}");
+        let flags = Overrides {
+            tls_ca: Some(dir.path().join("ca.crt")),
+            ..flags
+        };
+        let c = Config::load(None, secret.into_iter(), &flags).unwrap();
+        assert!(c.tls_files().unwrap().is_some());
     }
 
     #[test]

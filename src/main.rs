@@ -7,6 +7,7 @@ mod config;
 mod http;
 mod node;
 mod telemetry;
+mod tls;
 mod verify;
 
 use clap::Parser;
@@ -16,6 +17,7 @@ use crate::config::{Config, Overrides};
 
 fn main() {
     let cli = Cli::parse();
+    tls::install_default_provider();
     let result = match cli.command {
         Command::Serve(args) => run_serve(args),
         Command::Cluster { command } => run_async(cluster_cli::run(command)),
@@ -59,6 +61,9 @@ fn run_serve(args: cli::ServeArgs) -> anyhow::Result<()> {
         node_id: args.node_id,
         peers: args.peers,
         auth_disabled,
+        tls_cert: args.tls_cert,
+        tls_key: args.tls_key,
+        tls_ca: args.tls_ca,
     };
     let config = Config::load(args.config.as_deref(), std::env::vars(), &overrides)?;
     telemetry::init_logging(&config.log.level);

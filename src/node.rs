@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use quiver_query::{QueryConfig, QueryEngine};
-use quiver_raft::{RaftConfig, RaftNode, ReplicationLimits};
+use quiver_raft::{PeerTls, RaftConfig, RaftNode, ReplicationLimits};
 use quiver_storage::{ParquetSettings, Storage, StorageConfig};
 use quiver_wal::WalConfig;
 use tokio::sync::Semaphore;
@@ -21,6 +21,21 @@ pub async fn serve(config: Config) -> Result<()> {
     let started = Instant::now();
     let prometheus = crate::telemetry::init_metrics()?;
     let addr = config.http_addr()?;
+    // TLS material is read before anything is opened, so a bad file fails the start
+    // at once with the file named.
+    let tls = match config.tls_files()? {
+        Some((cert, key)) => Some(tokio_rustls::TlsAcceptor::from(crate::tls::server_config(
+            cert, key,
+        )?)),
+        None => None,
+    };
+    let peer_tls = PeerTls {
+        https: tls.is_some(),
+        roots: match &config.cluster.tls_ca {
+            Some(ca) => crate::tls::reqwest_roots("cluster.tls_ca", ca)?,
+            None => Vec::new(),
+        },
+    };
     let sync = config.wal_sync()?;
     if sync == quiver_wal::SyncMode::None {
         tracing::warn!("wal.sync = none: the log is never fsynced; acknowledged writes can be lost on an OS crash or power loss. For benchmarks only.");
@@ -61,6 +76,7 @@ pub async fn serve(config: Config) -> Result<()> {
             .unwrap_or_else(|| config.http.addr.clone()),
         peers,
         secret: config.cluster.secret.clone(),
+        peer_tls,
         leader_wait_ms: config.raft.leader_wait_ms,
         data_dir: data_dir.clone(),
         wal: WalConfig {
@@ -148,7 +164,7 @@ pub async fn serve(config: Config) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("http.addr {addr}: cannot listen"))?;
-    tracing::info!(%addr, data_dir = %data_dir.display(), wal_dir = %config.wal_dir().display(), wal_sync = %sync, ms = started.elapsed().as_millis() as u64, "quiver is serving");
+    tracing::info!(%addr, tls = tls.is_some(), data_dir = %data_dir.display(), wal_dir = %config.wal_dir().display(), wal_sync = %sync, ms = started.elapsed().as_millis() as u64, "quiver is serving");
     let limits = ServerLimits {
         connections_max: config.http.connections_max,
         header_timeout_ms: config.http.header_timeout_ms,
@@ -162,7 +178,7 @@ pub async fn serve(config: Config) -> Result<()> {
             () = fatal.notified() => {}
         }
     };
-    crate::http::server::serve(listener, router(state), limits, stop)
+    crate::http::server::serve(listener, router(state), limits, tls, stop)
         .await
         .context("http server")?;
     watchdog.abort();

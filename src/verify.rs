@@ -11,6 +11,7 @@
 //! partition differ for a moment (run it again to tell lag from divergence).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -35,14 +36,23 @@ pub struct VerifyArgs {
     /// Sentinel rows to write.
     #[arg(long, default_value_t = 100)]
     pub sentinels: u64,
+    /// CA (PEM) the nodes' certificates must chain to; addresses without a scheme are
+    /// then reached over https (or QUIVER_CA).
+    #[arg(long, env = "QUIVER_CA")]
+    pub ca: Option<PathBuf>,
 }
 
 struct Client {
     http: reqwest::Client,
     token: Option<String>,
+    https: bool,
 }
 
 impl Client {
+    fn url(&self, node: &str, path: &str) -> String {
+        format!("{}{path}", crate::tls::node_base_url(node, self.https))
+    }
+
     fn request(&self, method: reqwest::Method, url: String) -> reqwest::RequestBuilder {
         let r = self.http.request(method, url);
         match &self.token {
@@ -65,13 +75,13 @@ impl Client {
     }
 
     async fn status(&self, node: &str) -> Result<Value> {
-        let url = format!("{}/api/v1/cluster/status", quiver_raft::base_url(node));
+        let url = self.url(node, "/api/v1/cluster/status");
         self.json(self.request(reqwest::Method::GET, url), node)
             .await
     }
 
     async fn count_sentinels(&self, node: &str, run: &str) -> Result<u64> {
-        let url = format!("{}/api/v1/query", quiver_raft::base_url(node));
+        let url = self.url(node, "/api/v1/query");
         let sql = format!("SELECT count(*) FROM {SENTINEL_MEASUREMENT} WHERE run = '{run}'");
         let body = self
             .json(
@@ -93,10 +103,11 @@ pub async fn run(args: VerifyArgs) -> Result<()> {
         bail!("--nodes needs at least one node");
     }
     let client = Client {
-        http: reqwest::Client::builder()
+        http: crate::tls::client_builder("--ca", args.ca.as_deref())?
             .timeout(Duration::from_secs(120))
             .build()?,
         token: args.token.clone(),
+        https: args.ca.is_some(),
     };
     let run_id = format!("{:016x}", rand::random::<u64>());
     let sentinels = write_sentinels(&client, &args.nodes[0], &run_id, args.sentinels).await?;
@@ -121,7 +132,7 @@ pub async fn run(args: VerifyArgs) -> Result<()> {
     let mut digests = BTreeMap::new();
     for node in &args.nodes {
         wait_applied(&client, node, target).await?;
-        let url = format!("{}/api/v1/cluster/digest", quiver_raft::base_url(node));
+        let url = client.url(node, "/api/v1/cluster/digest");
         let digest = client
             .json(client.request(reqwest::Method::GET, url), node)
             .await?;
@@ -159,7 +170,7 @@ async fn write_sentinels(client: &Client, node: &str, run: &str, rows: u64) -> R
         "tags": ["run"],
         "columns": {"time": time, "run": vec![run; rows as usize], "seq": seq},
     }))?;
-    let url = format!("{}/api/v1/write/msgpack", quiver_raft::base_url(node));
+    let url = client.url(node, "/api/v1/write/msgpack");
     let response = client
         .request(reqwest::Method::POST, url)
         .header("x-arc-database", SENTINEL_DATABASE)

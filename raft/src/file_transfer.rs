@@ -10,7 +10,7 @@ use futures::StreamExt;
 use quiver_storage::FileMeta;
 use tokio::io::AsyncWriteExt;
 
-use crate::peer_client::{base_url, PeerClient, PeerError, SECRET_HEADER};
+use crate::peer_client::{PeerClient, PeerError, SECRET_HEADER};
 
 /// URL path prefix that serves Parquet files to peers.
 pub const FILES_PATH: &str = "/internal/files/";
@@ -32,7 +32,7 @@ pub async fn fetch_file(
     };
     let response = client
         .http()
-        .get(format!("{}{FILES_PATH}{}", base_url(addr), meta.path))
+        .get(client.url(addr, &format!("{FILES_PATH}{}", meta.path)))
         .header(SECRET_HEADER, client.secret())
         .timeout(FILE_TIMEOUT)
         .send()

@@ -32,7 +32,8 @@ pub use log_store::LogStore;
 pub use network::{paths as raft_paths, HttpNetworkFactory, HttpPeer, ReplicationLimits};
 pub use node::{PeerState, RaftConfig, RaftNode, PEER_STATE_PATH};
 pub use peer_client::{
-    base_url, secret_matches, PeerClient, PeerError, INTERNAL_CONTENT_TYPE, SECRET_HEADER,
+    base_url, peer_base_url, secret_matches, PeerClient, PeerError, PeerTls, INTERNAL_CONTENT_TYPE,
+    SECRET_HEADER,
 };
 pub use state_machine::{SnapshotBuilder, StateMachine};
 pub use types::{

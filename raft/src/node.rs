@@ -21,7 +21,7 @@ use crate::error::{Error, WriteError};
 use crate::forward::{LeaderAnswer, LeaderRequest, FORWARD_PATH};
 use crate::log_store::LogStore;
 use crate::network::{HttpNetworkFactory, ReplicationLimits};
-use crate::peer_client::{PeerClient, PeerError};
+use crate::peer_client::{PeerClient, PeerError, PeerTls};
 use crate::state_machine::StateMachine;
 use crate::types::{NodeId, Raft, TypeConfig};
 use crate::vote_barrier::VoteBarrier;
@@ -72,6 +72,8 @@ pub struct RaftConfig {
     pub peers: Vec<(NodeId, String)>,
     /// Shared secret presented on `/internal/` calls.
     pub secret: String,
+    /// How peers are reached (https and the CA that verifies them).
+    pub peer_tls: PeerTls,
     /// How long a write waits for a leader to exist before it is refused with 503.
     pub leader_wait_ms: u64,
     /// Longest a write may take from proposal to commit (leader wait included); past
@@ -98,6 +100,7 @@ impl Default for RaftConfig {
             flush_check_interval_ms: 200,
             peers: Vec::new(),
             secret: String::new(),
+            peer_tls: PeerTls::default(),
             leader_wait_ms: 3_000,
             write_timeout_ms: 4_000,
             replication: ReplicationLimits::default(),
@@ -143,7 +146,7 @@ impl RaftNode {
         let wal_dir = config.wal.dir.clone();
         let wal = Wal::open(config.wal.clone()).map_err(|e| Error::Wal(e.to_string()))?;
         let log = LogStore::open(wal, &wal_dir).await?;
-        let peers = PeerClient::new(&config.secret);
+        let peers = PeerClient::new(&config.secret, &config.peer_tls)?;
         let sm = StateMachine::open(
             storage.clone(),
             &config.data_dir,

@@ -2,12 +2,19 @@
 //!
 //! Every call carries the cluster secret; bodies and answers are MessagePack (the same
 //! encoding as log entries, so Arrow payloads travel as raw bytes, not as JSON arrays).
+//!
+//! With TLS on ([`PeerTls::https`]), every peer is reached over https whatever scheme
+//! its address was written with (membership may hold addresses from before TLS was
+//! turned on), and its certificate must chain to the configured CA and name the host
+//! of its address. Only those CA certificates are trusted, never a system root store.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+
+use crate::error::Error;
 
 /// Header that carries the shared cluster secret on `/internal/` requests.
 pub const SECRET_HEADER: &str = "x-quiver-cluster-secret";
@@ -72,26 +79,51 @@ impl PeerError {
     }
 }
 
+/// How peers are reached: plain HTTP, or HTTPS verified against a CA.
+#[derive(Debug, Clone, Default)]
+pub struct PeerTls {
+    /// Reach every peer over https (this node's own listener speaks TLS, and so do its
+    /// peers').
+    pub https: bool,
+    /// CA certificates a peer's certificate must chain to. Used for any https peer;
+    /// empty, no https peer can be verified.
+    pub roots: Vec<reqwest::Certificate>,
+}
+
 /// A client for `/internal/` calls. Cheap to clone.
 #[derive(Clone)]
 pub struct PeerClient {
     http: reqwest::Client,
     secret: Arc<str>,
+    https: bool,
 }
 
 impl PeerClient {
-    /// A client that presents `secret`.
-    pub fn new(secret: &str) -> Self {
-        let http = reqwest::Client::builder()
+    /// A client that presents `secret` and reaches peers as `tls` says.
+    pub fn new(secret: &str, tls: &PeerTls) -> Result<Self, Error> {
+        let mut builder = reqwest::Client::builder()
             .connect_timeout(Duration::from_millis(500))
             .tcp_nodelay(true)
             .pool_idle_timeout(Duration::from_secs(60))
+            .use_rustls_tls()
+            .tls_built_in_root_certs(false)
+            .https_only(tls.https);
+        for root in &tls.roots {
+            builder = builder.add_root_certificate(root.clone());
+        }
+        let http = builder
             .build()
-            .unwrap_or_default();
-        PeerClient {
+            .map_err(|e| Error::Config(format!("peer HTTP client: {e}")))?;
+        Ok(PeerClient {
             http,
             secret: Arc::from(secret),
-        }
+            https: tls.https,
+        })
+    }
+
+    /// The URL of `path` on the peer at `addr`, over https when TLS is on.
+    pub fn url(&self, addr: &str, path: &str) -> String {
+        format!("{}{path}", peer_base_url(addr, self.https))
     }
 
     /// The underlying HTTP client (for streaming calls).
@@ -113,7 +145,7 @@ impl PeerClient {
     ) -> Result<Resp, PeerError> {
         let response = self
             .http
-            .get(format!("{}{path}", base_url(addr)))
+            .get(self.url(addr, path))
             .header(SECRET_HEADER, &*self.secret)
             .timeout(timeout)
             .send()
@@ -165,7 +197,7 @@ impl PeerClient {
         })?;
         let response = self
             .http
-            .post(format!("{}{path}", base_url(addr)))
+            .post(self.url(addr, path))
             .header(SECRET_HEADER, &*self.secret)
             .header(reqwest::header::CONTENT_TYPE, INTERNAL_CONTENT_TYPE)
             .timeout(timeout)
@@ -206,6 +238,20 @@ pub fn base_url(addr: &str) -> String {
     }
 }
 
+/// A peer's address as a base URL; with `https`, always an https URL (a scheme the
+/// address names is replaced), otherwise as [`base_url`].
+pub fn peer_base_url(addr: &str, https: bool) -> String {
+    if !https {
+        return base_url(addr);
+    }
+    let addr = addr.trim_end_matches('/');
+    let host_port = addr
+        .strip_prefix("http://")
+        .or_else(|| addr.strip_prefix("https://"))
+        .unwrap_or(addr);
+    format!("https://{host_port}")
+}
+
 /// Compares secrets in time independent of where they differ.
 pub fn secret_matches(expected: &str, presented: &str) -> bool {
     let (a, b) = (expected.as_bytes(), presented.as_bytes());
@@ -231,5 +277,9 @@ mod tests {
     fn addresses_become_urls() {
         assert_eq!(base_url("127.0.0.1:8000"), "http://127.0.0.1:8000");
         assert_eq!(base_url("https://q1:8000/"), "https://q1:8000");
+        assert_eq!(peer_base_url("http://q1:8000", false), "http://q1:8000");
+        assert_eq!(peer_base_url("http://q1:8000/", true), "https://q1:8000");
+        assert_eq!(peer_base_url("q1:8000", true), "https://q1:8000");
+        assert_eq!(peer_base_url("https://q1:8000", true), "https://q1:8000");
     }
 }

@@ -41,6 +41,10 @@ pub struct LoadArgs {
     /// API token (or QUIVER_TOKEN).
     #[arg(long, env = "QUIVER_TOKEN")]
     pub token: Option<String>,
+    /// CA (PEM) an https node's certificate must chain to (or QUIVER_CA); only it is
+    /// trusted.
+    #[arg(long, env = "QUIVER_CA")]
+    pub ca: Option<std::path::PathBuf>,
     /// Database (x-arc-database).
     #[arg(long, default_value = "sizing")]
     pub database: String,
@@ -155,10 +159,22 @@ pub async fn load(args: LoadArgs) -> Result<LoadReport> {
         interval_ns: (args.interval_ms as i64) * 1_000_000,
     });
     let names = Arc::new(host_names(args.hosts));
-    let client = reqwest::Client::builder()
+    let mut builder = reqwest::Client::builder()
         .timeout(Duration::from_secs(args.timeout_s))
-        .pool_max_idle_per_host(args.workers)
-        .build()?;
+        .pool_max_idle_per_host(args.workers);
+    if let Some(ca) = &args.ca {
+        let pem = std::fs::read(ca).with_context(|| format!("--ca {}", ca.display()))?;
+        let roots = reqwest::Certificate::from_pem_bundle(&pem)
+            .with_context(|| format!("--ca {}: not a PEM certificate file", ca.display()))?;
+        if roots.is_empty() {
+            bail!("--ca {}: no CERTIFICATE block in the file", ca.display());
+        }
+        builder = roots.into_iter().fold(
+            builder.use_rustls_tls().tls_built_in_root_certs(false),
+            reqwest::ClientBuilder::add_root_certificate,
+        );
+    }
+    let client = builder.build()?;
     let started = Instant::now();
     let shared = Arc::new(Shared {
         next_seq: AtomicU64::new(0),

@@ -8,7 +8,7 @@ use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
-use quiver_raft::{base_url, WriteError};
+use quiver_raft::WriteError;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -89,7 +89,7 @@ async fn probe(app: &AppState, addr: &str) -> bool {
     app.node
         .peers
         .http()
-        .get(format!("{}/health", base_url(addr)))
+        .get(app.node.peers.url(addr, "/health"))
         .timeout(PROBE_TIMEOUT)
         .send()
         .await

@@ -5,6 +5,11 @@
 //! axum's own `serve` has none of these knobs; a thousand idle sockets would otherwise
 //! hold a thousand file descriptors, and the next file the WAL or a flush creates would
 //! fail for want of one.
+//!
+//! With TLS on, every connection is a TLS connection (nothing answers plain HTTP on the
+//! port). The handshake runs in the connection's own task under the header deadline, so
+//! a client that opens a socket and never finishes a handshake holds its slot no longer
+//! than one that never sends headers.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -13,10 +18,12 @@ use std::time::Duration;
 use anyhow::Result;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
 
 /// Limits of the HTTP listener (`http.*` settings).
 #[derive(Debug, Clone, Copy)]
@@ -24,7 +31,7 @@ pub struct ServerLimits {
     /// Most connections open at once; more wait in the kernel's accept queue.
     pub connections_max: usize,
     /// Longest wait for a request's headers, including the idle time of a kept-alive
-    /// connection before its next request.
+    /// connection before its next request; also the deadline of a TLS handshake.
     pub header_timeout_ms: u64,
     /// Longest a graceful stop waits for in-flight requests.
     pub shutdown_timeout_ms: u64,
@@ -34,12 +41,13 @@ pub struct ServerLimits {
 /// again, so the loop does not spin.
 const ACCEPT_RETRY_MS: u64 = 50;
 
-/// Serves `router` on `listener` until `stop` resolves, then waits (at most
-/// `shutdown_timeout_ms`) for open requests to finish.
+/// Serves `router` on `listener` (over TLS when `tls` is given) until `stop` resolves,
+/// then waits (at most `shutdown_timeout_ms`) for open requests to finish.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: ServerLimits,
+    tls: Option<TlsAcceptor>,
     stop: impl Future<Output = ()>,
 ) -> Result<()> {
     let slots = Arc::new(Semaphore::new(limits.connections_max));
@@ -77,10 +85,33 @@ pub async fn serve(
         }
         metrics::gauge!("quiver_http_connections").increment(1.0);
         let service = TowerToHyperService::new(router.clone());
-        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        // Subscribed now, so a stop that comes during a TLS handshake still reaches the
+        // connection once it is set up.
+        let watcher = graceful.watcher();
+        let http = http.clone();
+        let tls = tls.clone();
+        let handshake_timeout = Duration::from_millis(limits.header_timeout_ms);
         tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "connection ended with an error");
+            match tls {
+                None => serve_connection(&http, stream, service, watcher).await,
+                Some(acceptor) => {
+                    match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => serve_connection(&http, stream, service, watcher).await,
+                        Ok(Err(e)) => {
+                            metrics::counter!("quiver_http_tls_handshake_failures_total")
+                                .increment(1);
+                            tracing::debug!(error = %e, "TLS handshake failed");
+                        }
+                        Err(_) => {
+                            metrics::counter!("quiver_http_tls_handshake_timeouts_total")
+                                .increment(1);
+                            tracing::debug!(
+                                timeout_ms = handshake_timeout.as_millis() as u64,
+                                "TLS handshake not finished in time; connection closed"
+                            );
+                        }
+                    }
+                }
             }
             metrics::gauge!("quiver_http_connections").decrement(1.0);
             drop(slot);
@@ -98,6 +129,22 @@ pub async fn serve(
         );
     }
     Ok(())
+}
+
+/// Serves HTTP/1.1 on one established connection (plain TCP or TLS) until it closes
+/// or a graceful stop ends it.
+async fn serve_connection<I>(
+    http: &hyper::server::conn::http1::Builder,
+    io: I,
+    service: TowerToHyperService<Router>,
+    watcher: Watcher,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let connection = watcher.watch(http.serve_connection(TokioIo::new(io), service));
+    if let Err(e) = connection.await {
+        tracing::debug!(error = %e, "connection ended with an error");
+    }
 }
 
 /// Raises the soft limit of open file descriptors to the hard limit, so the connection

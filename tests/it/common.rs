@@ -30,6 +30,9 @@ pub struct NodeSpec {
     pub env: Vec<(String, String)>,
     /// Port (kept across restarts).
     pub port: u16,
+    /// CA (PEM) of the node's certificate when it serves HTTPS; tests then reach it
+    /// over https, trusting only this CA.
+    pub ca: Option<PathBuf>,
 }
 
 impl NodeSpec {
@@ -40,6 +43,7 @@ impl NodeSpec {
             wal_dir: None,
             env: Vec::new(),
             port: free_port(),
+            ca: None,
         }
     }
 
@@ -69,11 +73,17 @@ impl Node {
     /// Starts the process without waiting.
     pub fn spawn(spec: NodeSpec) -> Node {
         let child = spawn_child(&spec);
-        let url = format!("http://127.0.0.1:{}", spec.port);
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(60))
-            .build()
-            .expect("client");
+        let scheme = if spec.ca.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://127.0.0.1:{}", spec.port);
+        let mut builder = reqwest::Client::builder().timeout(Duration::from_secs(60));
+        if let Some(ca) = &spec.ca {
+            let pem = std::fs::read(ca).expect("read the test CA");
+            builder = builder
+                .use_rustls_tls()
+                .tls_built_in_root_certs(false)
+                .add_root_certificate(reqwest::Certificate::from_pem(&pem).expect("a PEM CA"));
+        }
+        let client = builder.build().expect("client");
         Node {
             spec,
             child: Some(child),

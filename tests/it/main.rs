@@ -19,5 +19,6 @@ mod query_safety;
 mod query_values;
 mod restart;
 mod sizing;
+mod tls;
 mod tokens;
 mod writers;

@@ -32,7 +32,8 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, TempDir> for Builder {
             Arc::new(storage),
             &dir.path().join("data"),
             1,
-            quiver_raft::PeerClient::new(""),
+            quiver_raft::PeerClient::new("", &quiver_raft::PeerTls::default())
+                .expect("a plain HTTP client"),
         )
         .await?;
         Ok((dir, log, sm))
