@@ -12,8 +12,17 @@ use serde::{Deserialize, Serialize};
 const ENTRY_ENVELOPE_BYTES: usize = 1 << 20;
 
 /// Sections a `QUIVER_<SECTION>_<KEY>` variable may name.
-const SECTIONS: [&str; 9] = [
-    "http", "storage", "wal", "cluster", "raft", "query", "auth", "log", "limits",
+const SECTIONS: [&str; 10] = [
+    "http",
+    "storage",
+    "wal",
+    "cluster",
+    "raft",
+    "query",
+    "auth",
+    "log",
+    "limits",
+    "compaction",
 ];
 
 /// The whole configuration.
@@ -38,6 +47,43 @@ pub struct Config {
     pub log: LogSection,
     /// What one write may ask of the node (columns, measurements, hours, bytes).
     pub limits: quiver_storage::WriteLimits,
+    /// When and how Parquet files are merged.
+    pub compaction: CompactionSection,
+}
+
+/// `[compaction]`: see `quiver_storage::compaction::CompactionSettings`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CompactionSection {
+    /// Whether the leader merges files at all.
+    pub enabled: bool,
+    /// How often the leader looks for files to merge.
+    pub check_interval_ms: u64,
+    /// An hour with this many files is merged while still open.
+    pub hour_files_min: usize,
+    /// An hour or day is closed this long after it ends; then all its files merge.
+    pub closed_after_ms: u64,
+    /// A closed day becomes one file if its files total at most this many bytes.
+    pub day_file_bytes_max: u64,
+    /// Most memory one merge may hold (estimated before it starts).
+    pub memory_bytes_max: u64,
+    /// How long replaced files stay for queries already reading them.
+    pub input_grace_ms: u64,
+}
+
+impl Default for CompactionSection {
+    fn default() -> Self {
+        let d = quiver_storage::compaction::CompactionSettings::default();
+        CompactionSection {
+            enabled: d.enabled,
+            check_interval_ms: quiver_raft::RaftConfig::default().compaction_check_interval_ms,
+            hour_files_min: d.hour_files_min,
+            closed_after_ms: d.closed_after_ms,
+            day_file_bytes_max: d.day_file_bytes_max,
+            memory_bytes_max: d.memory_bytes_max,
+            input_grace_ms: d.input_grace_ms,
+        }
+    }
 }
 
 /// `[http]`
@@ -520,6 +566,14 @@ impl Config {
             ),
             ("wal.segment_bytes_max", self.wal.segment_bytes_max),
             ("query.timeout_ms", self.query.timeout_ms),
+            (
+                "compaction.check_interval_ms",
+                self.compaction.check_interval_ms,
+            ),
+            (
+                "compaction.memory_bytes_max",
+                self.compaction.memory_bytes_max,
+            ),
             ("query.memory_bytes_max", self.query.memory_bytes_max as u64),
             (
                 "query.node_memory_bytes_max",
@@ -538,6 +592,12 @@ impl Config {
             bail!("raft.entry_bytes_max must not exceed http.write_bytes_in_flight_max");
         }
         self.limits.validate().map_err(|e| anyhow!("limits: {e}"))?;
+        if self.compaction.hour_files_min < 2 {
+            bail!("compaction.hour_files_min must be at least 2");
+        }
+        if self.compaction.input_grace_ms <= self.query.timeout_ms {
+            bail!("compaction.input_grace_ms must exceed query.timeout_ms: a query may still read a file a merge replaced");
+        }
         if !(0..=19).contains(&self.query.thread_nice) {
             bail!("query.thread_nice must be 0 to 19");
         }

@@ -7,6 +7,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use quiver_query::{QueryConfig, QueryEngine};
 use quiver_raft::{PeerTls, RaftConfig, RaftNode, ReplicationLimits};
+use quiver_storage::compaction::CompactionSettings;
 use quiver_storage::{ParquetSettings, Storage, StorageConfig};
 use quiver_wal::WalConfig;
 use tokio::sync::Semaphore;
@@ -50,6 +51,14 @@ pub async fn serve(config: Config) -> Result<()> {
         parquet: ParquetSettings {
             zstd_level: config.storage.parquet_zstd_level,
             row_group_rows_max: config.storage.parquet_row_group_rows_max,
+        },
+        compaction: CompactionSettings {
+            enabled: config.compaction.enabled,
+            hour_files_min: config.compaction.hour_files_min,
+            closed_after_ms: config.compaction.closed_after_ms,
+            day_file_bytes_max: config.compaction.day_file_bytes_max,
+            memory_bytes_max: config.compaction.memory_bytes_max,
+            input_grace_ms: config.compaction.input_grace_ms,
         },
     };
     let storage = Arc::new(
@@ -97,6 +106,7 @@ pub async fn serve(config: Config) -> Result<()> {
         election_timeout_ms_max: config.raft.election_timeout_ms_max,
         snapshot_interval_ms_min: config.raft.snapshot_interval_ms_min,
         flush_check_interval_ms: config.raft.flush_check_interval_ms,
+        compaction_check_interval_ms: config.compaction.check_interval_ms,
     };
     let node = RaftNode::start(raft_config, storage.clone())
         .await

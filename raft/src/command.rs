@@ -5,6 +5,7 @@
 
 use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
+use quiver_storage::compaction::{CompactionOutcome, CompactionRequest};
 use quiver_storage::{decode_batch, encode_batch, PolicyChange, PolicyOutcome, TableKey};
 use serde::{Deserialize, Serialize};
 
@@ -85,6 +86,8 @@ pub enum Command {
     Flush(FlushCommand),
     /// Change the replicated settings (tokens, lifecycle rules).
     Policy(PolicyChange),
+    /// Merge files of a table (decided by the leader's compaction policy).
+    Compact(CompactionRequest),
 }
 
 impl std::fmt::Display for Command {
@@ -93,6 +96,7 @@ impl std::fmt::Display for Command {
             Command::Write(w) => write!(f, "write {} rows to {}", w.rows(), w.database),
             Command::Flush(fl) => write!(f, "flush {} tables", fl.tables.len()),
             Command::Policy(change) => write!(f, "policy change {change:?}"),
+            Command::Compact(c) => write!(f, "compact {} files of {}", c.inputs.len(), c.table),
         }
     }
 }
@@ -109,6 +113,8 @@ pub enum CommandResult {
     Flushed,
     /// A replicated setting was changed (or the change was refused, identically).
     Policy(PolicyOutcome),
+    /// A compaction was queued (or refused).
+    Compaction(CompactionOutcome),
     /// A blank or membership entry: nothing for the client.
     Noop,
     /// The command was refused, identically on every replica (e.g. a schema conflict).

@@ -67,6 +67,8 @@ pub struct RaftConfig {
     pub snapshot_interval_ms_min: u64,
     /// How often the leader checks whether a buffer must be flushed.
     pub flush_check_interval_ms: u64,
+    /// How often the leader looks for files to merge (`compaction.check_interval_ms`).
+    pub compaction_check_interval_ms: u64,
     /// The static voter set (`--peers`): id and address of every voter, this node
     /// included. Empty: a single-voter cluster of this node.
     pub peers: Vec<(NodeId, String)>,
@@ -98,6 +100,7 @@ impl Default for RaftConfig {
             election_timeout_ms_max: 300,
             snapshot_interval_ms_min: 10_000,
             flush_check_interval_ms: 200,
+            compaction_check_interval_ms: 10_000,
             peers: Vec::new(),
             secret: String::new(),
             peer_tls: PeerTls::default(),
@@ -611,6 +614,7 @@ impl RaftNode {
         let mut tasks = vec![
             tokio::spawn(self.clone().persist_loop()),
             tokio::spawn(self.clone().flush_policy_loop()),
+            tokio::spawn(self.clone().compaction_loop()),
         ];
         if self.bootstrap_pending.load(Ordering::Relaxed) {
             tasks.push(tokio::spawn(self.clone().bootstrap_loop()));
@@ -785,6 +789,75 @@ impl RaftNode {
             tracing::debug!(tables = tables.len(), "proposing a flush");
             if let Err(e) = self.propose(Command::Flush(FlushCommand { tables })).await {
                 tracing::warn!(error = %e, "flush proposal failed");
+            }
+        }
+    }
+
+    /// Compaction on this node: on the leader, proposes merges its policy finds due;
+    /// on every node, carries out committed merges one at a time (on a low-priority
+    /// thread) and deletes replaced files after their grace period. Merges wait while
+    /// the data volume is low: an output is written before its inputs go.
+    async fn compaction_loop(self) {
+        let interval = Duration::from_millis(self.config.compaction_check_interval_ms.max(1));
+        let mut next_policy = Instant::now() + interval;
+        loop {
+            if self.raft.metrics().borrow().running_state.is_err() {
+                return;
+            }
+            self.storage.delete_condemned();
+            if Instant::now() >= next_policy {
+                next_policy = Instant::now() + interval;
+                if self.is_leader() && self.data_volume_low().is_none() {
+                    self.propose_compactions().await;
+                }
+            }
+            let mut ran = false;
+            if self.data_volume_low().is_none() {
+                match self.storage.compact_next().await {
+                    Ok(did) => ran = did,
+                    Err(e) => {
+                        // The job stays queued; it is tried again at the next check.
+                        tracing::error!(error = %e, "compaction failed; retrying later");
+                        metrics::counter!("quiver_compaction_failures_total").increment(1);
+                    }
+                }
+            }
+            metrics::gauge!("quiver_compaction_backlog")
+                .set(self.storage.compaction_backlog() as f64);
+            if ran {
+                continue;
+            }
+            let mut wait = next_policy.saturating_duration_since(Instant::now());
+            if let Some(due) = self.storage.next_condemned_due() {
+                wait = wait.min(due);
+            }
+            tokio::select! {
+                _ = self.storage.compaction_queued() => {}
+                _ = tokio::time::sleep(wait.max(Duration::from_millis(10))) => {}
+            }
+        }
+    }
+
+    /// Proposes every merge the compaction policy finds due now (one per table).
+    async fn propose_compactions(&self) {
+        let now_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        for request in self
+            .storage
+            .compaction_candidates(quiver_storage::TimestampNs(now_ns))
+        {
+            let table = request.table.clone();
+            match self.propose(Command::Compact(request)).await {
+                Ok(CommandResult::Compaction(outcome)) => {
+                    tracing::debug!(%table, ?outcome, "compaction proposed")
+                }
+                Ok(other) => tracing::warn!(%table, ?other, "unexpected answer to a compaction"),
+                Err(e) => {
+                    tracing::warn!(%table, error = %e, "compaction proposal failed");
+                    return;
+                }
             }
         }
     }

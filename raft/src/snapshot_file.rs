@@ -260,6 +260,7 @@ mod tests {
                 ColumnMeta::new("usage_system", ColumnKind::Field(FieldType::Float)),
             ],
             size_bytes: 1_000_000 + i,
+            compaction: None,
         }
     }
 
@@ -273,6 +274,7 @@ mod tests {
             tables: Vec::new(),
             files: files.clone(),
             policies: Default::default(),
+            compactions: Vec::new(),
         };
         let meta = meta_at(1_000_000);
         let started = Instant::now();

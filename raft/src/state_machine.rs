@@ -80,7 +80,7 @@ impl StateMachine {
             let lacking: Vec<FileMeta> = image
                 .files
                 .iter()
-                .filter(|f| !storage.has_file(f))
+                .filter(|f| !storage.has_file_or_successor(f))
                 .cloned()
                 .collect();
             storage
@@ -121,7 +121,10 @@ impl StateMachine {
         match self.fetch_missing_files(meta, lacking).await {
             Ok(()) => metrics::gauge!("quiver_parquet_files_missing").set(0.0),
             Err(e) => {
-                let still = lacking.iter().filter(|f| !self.storage.has_file(f)).count();
+                let still = lacking
+                    .iter()
+                    .filter(|f| !self.storage.has_file_or_successor(f))
+                    .count();
                 metrics::gauge!("quiver_parquet_files_missing").set(still as f64);
                 tracing::error!(error = %e, files_missing = still,
                     "Parquet files listed by the snapshot are missing and no peer could supply them: their rows are absent on this node");
@@ -157,7 +160,10 @@ impl StateMachine {
             .collect();
         let mut fetched = 0u64;
         let mut bytes = 0u64;
-        for file in files.iter().filter(|f| !self.storage.has_file(f)) {
+        for file in files
+            .iter()
+            .filter(|f| !self.storage.has_file_or_successor(f))
+        {
             let staged = self.storage.incoming_path(file);
             let mut last_error = String::from("no peer to fetch from");
             let mut adopted = false;
@@ -205,6 +211,9 @@ impl StateMachine {
             }
             EntryPayload::Normal(Command::Policy(change)) => {
                 CommandResult::Policy(self.storage.apply_policy(index, change.clone()))
+            }
+            EntryPayload::Normal(Command::Compact(request)) => {
+                CommandResult::Compaction(self.storage.apply_compact(index, request.clone()))
             }
             EntryPayload::Normal(Command::Flush(flush)) => {
                 self.storage.apply_flush(index, &flush.tables);

@@ -27,6 +27,7 @@ use parquet::arrow::async_reader::MetadataFetch;
 use parquet::errors::ParquetError;
 use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 
+use crate::compaction::split_superseded;
 use crate::durable::{remove_if_stale_temp, TEMP_SUFFIX};
 use crate::error::{Error, Result};
 use crate::meta::{FileMeta, FILE_META_KEY, FILE_META_VERSION};
@@ -48,6 +49,9 @@ pub struct CatalogReport {
     pub quarantined: Vec<String>,
     /// Temporary files of interrupted writes that were removed.
     pub temp_files_removed: Vec<String>,
+    /// Files a compaction output replaced (left by a crash before their deletion),
+    /// deleted.
+    pub superseded_files_deleted: Vec<String>,
     /// Files listed.
     pub files: usize,
 }
@@ -130,6 +134,16 @@ impl Catalog {
                 report.incomplete_files_deleted.push(meta.path.clone());
             }
             catalog.remove(&meta.path)?;
+        }
+        let (complete, superseded) = split_superseded(complete);
+        for meta in &superseded {
+            tracing::info!(path = %meta.path, "deleting a file a compaction replaced");
+            match store.delete(&ObjectPath::from(meta.path.as_str())).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+            catalog.remove(&meta.path)?;
+            report.superseded_files_deleted.push(meta.path.clone());
         }
         report.files = complete.len();
         Ok((catalog, complete, report))
@@ -378,27 +392,25 @@ impl MetadataFetch for StoreFetch {
 
 /// Splits files into those of complete segments and those whose siblings are missing.
 fn split_incomplete(entries: Vec<FileMeta>) -> (Vec<FileMeta>, Vec<FileMeta>) {
-    let mut counts: BTreeMap<(String, String, u64, u64), u32> = BTreeMap::new();
+    // A compaction output is a segment of its own (one file), told apart from a flushed
+    // segment of the same log range by the index of the entry that made it.
+    type SegmentKey = (String, String, u64, u64, Option<u64>);
+    let key = |m: &FileMeta| -> SegmentKey {
+        (
+            m.database.clone(),
+            m.measurement.clone(),
+            m.log_first.0,
+            m.log_last.0,
+            m.compaction.map(|c| c.index.0),
+        )
+    };
+    let mut counts: BTreeMap<SegmentKey, u32> = BTreeMap::new();
     for m in &entries {
-        *counts
-            .entry((
-                m.database.clone(),
-                m.measurement.clone(),
-                m.log_first.0,
-                m.log_last.0,
-            ))
-            .or_default() += 1;
+        *counts.entry(key(m)).or_default() += 1;
     }
-    entries.into_iter().partition(|m| {
-        counts
-            .get(&(
-                m.database.clone(),
-                m.measurement.clone(),
-                m.log_first.0,
-                m.log_last.0,
-            ))
-            .is_some_and(|&n| n == m.segment_files)
-    })
+    entries
+        .into_iter()
+        .partition(|m| counts.get(&key(m)).is_some_and(|&n| n == m.segment_files))
 }
 
 /// The directory of the catalog inside the storage directory.

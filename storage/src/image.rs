@@ -10,6 +10,8 @@
 //!   file at a time, never held as one buffer on either side;
 //! * `K` (body: JSON) carries the replicated settings ([`Policies`]: tokens, lifecycle
 //!   rules); an image without it has none;
+//! * `C` (body: JSON) lists the compactions committed but not yet carried out (their
+//!   inputs are in the manifest); an image without it has none;
 //! * `F` starts a frozen segment (its batches follow as `B` frames), `A` is one
 //!   live-buffer batch, `E` ends the image. Bodies of `B` and `A` are Arrow IPC.
 //!
@@ -59,6 +61,7 @@ const KIND_BATCH: u8 = b'B';
 const KIND_ACTIVE: u8 = b'A';
 const KIND_END: u8 = b'E';
 const KIND_POLICIES: u8 = b'K';
+const KIND_COMPACTIONS: u8 = b'C';
 
 /// Largest body a frame of `kind` may have, in bytes; shared by writer and reader.
 fn body_bytes_max(kind: u8) -> u64 {
@@ -157,6 +160,9 @@ pub fn write_image(image: &MemoryImage, w: &mut impl Write) -> Result<()> {
         write_frame(w, KIND_FILE, &[], &body)?;
     }
     write_frame(w, KIND_POLICIES, &[], &json(&image.policies)?)?;
+    if !image.compactions.is_empty() {
+        write_frame(w, KIND_COMPACTIONS, &[], &json(&image.compactions)?)?;
+    }
     for table in &image.tables {
         for segment in &table.frozen {
             let columns = segment
@@ -315,6 +321,7 @@ pub fn read_image(r: &mut impl Read) -> Result<MemoryImage> {
     };
     let mut tables: Vec<TableImage> = Vec::new();
     let mut policies = Policies::default();
+    let mut compactions = Vec::new();
     fn table_of<'t>(tables: &'t mut Vec<TableImage>, key: &TableKey) -> &'t mut TableImage {
         let position = match tables.iter().position(|t| &t.key == key) {
             Some(p) => p,
@@ -334,6 +341,7 @@ pub fn read_image(r: &mut impl Read) -> Result<MemoryImage> {
         match frame.kind {
             KIND_END => break,
             KIND_POLICIES => policies = parse(&frame.body)?,
+            KIND_COMPACTIONS => compactions = parse(&frame.body)?,
             KIND_FROZEN => {
                 let header: FrozenHeader = parse(&frame.header)?;
                 let schema = canonical_schema(
@@ -374,6 +382,7 @@ pub fn read_image(r: &mut impl Read) -> Result<MemoryImage> {
         tables,
         files,
         policies,
+        compactions,
     })
 }
 

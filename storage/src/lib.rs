@@ -10,6 +10,7 @@
 #![deny(missing_docs)]
 
 mod catalog;
+pub mod compaction;
 mod durable;
 mod error;
 pub mod fuzzing;
@@ -46,7 +47,7 @@ pub use line_protocol::{
     fill_excerpts, parse_line_protocol, parse_line_protocol_for, reject_conflicting_rows,
     LineError, LpOutput, LpTable, Precision,
 };
-pub use meta::{ColumnMeta, FileMeta, FILE_META_KEY};
+pub use meta::{ColumnMeta, CompactionMark, FileMeta, FILE_META_KEY};
 pub use msgpack::decode_msgpack;
 pub use parquet_encode::ParquetSettings;
 pub use paths::{escaped_len, parquet_path, PATH_COMPONENT_BYTES_MAX};

@@ -73,4 +73,29 @@ pub struct FileMeta {
     /// File size in bytes (known after writing; 0 inside the file itself).
     #[serde(default)]
     pub size_bytes: u64,
+    /// Set on a file written by compaction: it holds every row of the files of its
+    /// table whose log range lies within `log_first..=log_last` and whose times lie in
+    /// its bucket, so any such file still on disk is dead (see `compaction::supersedes`).
+    /// Absent on flushed files (their bytes are unchanged by this field's existence).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction: Option<CompactionMark>,
+}
+
+/// What a compaction output covers, recorded in its footer so that the files it
+/// replaced are recognised as dead after a crash, transitively, without any other record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactionMark {
+    /// Index of the `Compact` log entry that produced the file.
+    pub index: LogIndex,
+    /// Start of the time bucket (an hour or a day) the file covers.
+    pub bucket_start: TimestampNs,
+    /// Width of the bucket in nanoseconds.
+    pub bucket_ns: i64,
+}
+
+impl CompactionMark {
+    /// Whether `t` lies in the bucket.
+    pub fn bucket_contains(&self, t: TimestampNs) -> bool {
+        t.0 >= self.bucket_start.0 && (t.0 - self.bucket_start.0) < self.bucket_ns
+    }
 }

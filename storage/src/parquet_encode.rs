@@ -130,6 +130,7 @@ pub fn encode_segment(
             segment_files,
             columns: columns.clone(),
             size_bytes: 0,
+            compaction: None,
         };
         let bytes = write_parquet(&part, &meta, settings)?;
         let meta = FileMeta {
@@ -141,14 +142,14 @@ pub fn encode_segment(
     Ok(out)
 }
 
-fn time_values(batch: &RecordBatch) -> Result<&arrow::array::TimestampNanosecondArray> {
+pub(crate) fn time_values(batch: &RecordBatch) -> Result<&arrow::array::TimestampNanosecondArray> {
     batch
         .column_by_name(TIME_COLUMN)
         .and_then(|c| c.as_primitive_opt::<TimestampNanosecondType>())
         .ok_or_else(|| Error::InvalidPayload("batch has no nanosecond time column".into()))
 }
 
-fn min_max(time: &arrow::array::TimestampNanosecondArray) -> (i64, i64) {
+pub(crate) fn min_max(time: &arrow::array::TimestampNanosecondArray) -> (i64, i64) {
     let mut lo = i64::MAX;
     let mut hi = i64::MIN;
     for &t in time.values().iter() {
@@ -174,10 +175,25 @@ fn sort_by_hour_tags_time(batch: &RecordBatch) -> Result<RecordBatch> {
     let hours: ArrayRef = Arc::new(Int64Array::from_iter_values(
         time.values().iter().map(|&t| TimestampNs(t).hour_floor().0),
     ));
-    let mut keys = vec![SortColumn {
-        values: hours,
-        options: None,
-    }];
+    sort_rows(
+        batch,
+        vec![SortColumn {
+            values: hours,
+            options: None,
+        }],
+    )
+}
+
+/// Sorts rows by tags then time: the order every file declares (`sorting_columns`), so
+/// a compaction output spanning a day is ordered as an hour file is.
+pub(crate) fn sort_by_tags_time(batch: &RecordBatch) -> Result<RecordBatch> {
+    sort_rows(batch, Vec::new())
+}
+
+/// Sorts by `leading` keys, then tags, then time. Deterministic (the same input gives
+/// the same order on every replica), which byte-identical files depend on.
+fn sort_rows(batch: &RecordBatch, leading: Vec<SortColumn>) -> Result<RecordBatch> {
+    let mut keys = leading;
     for i in tag_column_indices(batch) {
         keys.push(SortColumn {
             values: batch.column(i).clone(),
@@ -193,7 +209,7 @@ fn sort_by_hour_tags_time(batch: &RecordBatch) -> Result<RecordBatch> {
     Ok(take_record_batch(batch, &indices)?)
 }
 
-fn write_parquet(
+pub(crate) fn write_parquet(
     batch: &RecordBatch,
     meta: &FileMeta,
     settings: &ParquetSettings,

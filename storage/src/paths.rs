@@ -79,6 +79,33 @@ pub fn parquet_path(
     path
 }
 
+/// The object path of a compaction output: beside the files of its bucket's first hour,
+/// named by the log range it covers and the index of the entry that made it, so it never
+/// collides with a flushed file or another output.
+pub fn compaction_path(
+    database: &str,
+    measurement: &str,
+    bucket_start: TimestampNs,
+    log_first: LogIndex,
+    log_last: LogIndex,
+    index: LogIndex,
+) -> String {
+    let flushed_name = parquet_path(
+        database,
+        measurement,
+        bucket_start.hour_floor(),
+        log_first,
+        log_last,
+    );
+    let stem = flushed_name.trim_end_matches(".parquet");
+    let path = format!("{stem}-c{:020}.parquet", index.0);
+    debug_assert!(path
+        .rsplit('/')
+        .next()
+        .is_some_and(|c| c.len() <= PATH_COMPONENT_BYTES_MAX));
+    path
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

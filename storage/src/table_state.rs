@@ -8,6 +8,7 @@ use std::time::Instant;
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 
+use crate::compaction::{CompactionJob, CompactionRequest};
 use crate::error::Result;
 use crate::ids::LogIndex;
 use crate::meta::FileMeta;
@@ -53,6 +54,8 @@ pub struct TableState {
     pub(crate) flushed_through: LogIndex,
     /// Every entry at or below this index is in Parquet or a frozen segment.
     pub(crate) frozen_through: LogIndex,
+    /// Committed compactions not yet carried out here, in log order.
+    pub(crate) pending: Vec<CompactionJob>,
 }
 
 impl TableState {
@@ -132,6 +135,41 @@ impl TableState {
         self.files.extend(files);
         self.flushed_through = log_last;
         self.frozen.pop_front().map(|f| f.bytes).unwrap_or(0)
+    }
+
+    /// Why `request` cannot be applied to this table, if it cannot. Decided only from
+    /// replicated state (files, frozen segments and queued jobs together describe the
+    /// same files on every replica at the same index, however far each has got in
+    /// writing them), so every replica accepts or rejects alike.
+    pub fn compaction_refusal(&self, request: &CompactionRequest) -> Option<String> {
+        if request.inputs.is_empty() || request.bucket_ns <= 0 {
+            return Some("a compaction needs inputs and a bucket".into());
+        }
+        for (i, input) in request.inputs.iter().enumerate() {
+            if request.inputs[..i].iter().any(|o| o.path == input.path) {
+                return Some(format!("{} is named twice", input.path));
+            }
+            if self.pending.iter().any(|j| j.consumes(&input.path)) {
+                return Some(format!("{} is already being compacted", input.path));
+            }
+            let range = (input.log_first, input.log_last);
+            let is_file = self
+                .files
+                .iter()
+                .any(|f| f.path == input.path && (f.log_first, f.log_last) == range);
+            let is_coming_output = self
+                .pending
+                .iter()
+                .any(|j| j.output == input.path && (j.log_first, j.log_last) == range);
+            let is_frozen = self
+                .frozen
+                .iter()
+                .any(|f| (f.log_first, f.log_last) == range);
+            if !(is_file || is_coming_output || is_frozen) {
+                return Some(format!("{} is not a file of the table", input.path));
+            }
+        }
+        None
     }
 
     /// Rows in memory (live and frozen), conformed to the current schema.

@@ -33,6 +33,7 @@ fn file_meta(i: u64) -> FileMeta {
             ColumnMeta::new("usage_system", ColumnKind::Field(FieldType::Float)),
         ],
         size_bytes: 1_000_000 + i,
+        compaction: None,
     }
 }
 
@@ -60,6 +61,7 @@ fn image_of(files: Vec<FileMeta>) -> MemoryImage {
         }],
         files,
         policies: Default::default(),
+        compactions: Vec::new(),
     }
 }
 

@@ -4,6 +4,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::{Storage, TableKey};
+use crate::compaction::CompactionJob;
 use crate::error::Result;
 use crate::meta::FileMeta;
 use crate::policies::Policies;
@@ -17,9 +18,11 @@ impl Storage {
         let tables = self.tables.read();
         let mut out = Vec::new();
         let mut files = Vec::new();
+        let mut compactions = Vec::new();
         for (key, table) in tables.iter() {
             let state = table.state.read();
             files.extend(state.files.iter().cloned());
+            compactions.extend(state.pending.iter().cloned());
             if state.frozen.is_empty() && state.active.is_empty() {
                 continue;
             }
@@ -33,6 +36,7 @@ impl Storage {
             tables: out,
             files,
             policies: self.policies.read().clone(),
+            compactions,
         }
     }
 
@@ -55,6 +59,7 @@ impl Storage {
             state.active_since = None;
             state.frozen.clear();
             state.frozen_through = state.flushed_through;
+            state.pending.clear();
         }
         self.memory_bytes.store(0, Ordering::Relaxed);
     }
@@ -103,6 +108,25 @@ impl Storage {
         if frozen_any {
             self.frozen_wakeup.notify_one();
         }
+        // Queued compactions last: their inputs may be the frozen segments above. One
+        // already carried out here (its output is a file) is skipped; one whose inputs
+        // this node no longer has (replaced by a later output) is moot.
+        let mut queued_any = false;
+        for job in image.compactions {
+            let table = self.table(&job.request.table);
+            let mut state = table.state.write();
+            if state.files.iter().any(|f| f.path == job.output)
+                || state.pending.iter().any(|j| j.index == job.index)
+                || state.compaction_refusal(&job.request).is_some()
+            {
+                continue;
+            }
+            state.pending.push(job);
+            queued_any = true;
+        }
+        if queued_any {
+            self.compaction_wakeup.notify_one();
+        }
         Ok(())
     }
 }
@@ -116,6 +140,8 @@ pub struct MemoryImage {
     pub files: Vec<FileMeta>,
     /// The replicated settings at capture time.
     pub policies: Policies,
+    /// Compactions committed but not yet carried out, in log order per table.
+    pub compactions: Vec<CompactionJob>,
 }
 
 /// One table's unwritten rows.

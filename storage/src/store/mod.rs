@@ -21,6 +21,7 @@ use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::{catalog_dir, quarantine_dir, Catalog, CatalogReport};
+use crate::compaction::CompactionSettings;
 use crate::durable::create_dir_all_durably;
 use crate::error::Result;
 use crate::ids::LogIndex;
@@ -29,6 +30,7 @@ use crate::policies::{Policies, PolicyChange, PolicyOutcome};
 use crate::table_state::TableState;
 
 mod apply;
+mod compact;
 mod memory_image;
 mod persist;
 mod source;
@@ -51,6 +53,8 @@ pub struct StorageConfig {
     pub memory_bytes_max: usize,
     /// How Parquet is written.
     pub parquet: ParquetSettings,
+    /// When and how files are merged.
+    pub compaction: CompactionSettings,
 }
 
 impl Default for StorageConfig {
@@ -62,6 +66,7 @@ impl Default for StorageConfig {
             flush_age_ms: 120_000,
             memory_bytes_max: 2 * 1024 * 1024 * 1024,
             parquet: ParquetSettings::default(),
+            compaction: CompactionSettings::default(),
         }
     }
 }
@@ -153,6 +158,10 @@ pub struct Storage {
     persist_backoff: parking_lot::Mutex<BTreeMap<TableKey, persist::Backoff>>,
     /// Replicated settings (tokens, lifecycle rules), changed only by log entries.
     policies: RwLock<Policies>,
+    /// Wakes the compactor when a `Compact` entry is applied.
+    compaction_wakeup: tokio::sync::Notify,
+    /// Files replaced by compactions, waiting out their grace period.
+    condemned: parking_lot::Mutex<Vec<compact::Condemned>>,
     report: OpenReport,
 }
 
@@ -200,6 +209,8 @@ impl Storage {
             frozen_wakeup: tokio::sync::Notify::new(),
             persist_backoff: parking_lot::Mutex::new(BTreeMap::new()),
             policies: RwLock::new(Policies::default()),
+            compaction_wakeup: tokio::sync::Notify::new(),
+            condemned: parking_lot::Mutex::new(Vec::new()),
             report,
         })
     }

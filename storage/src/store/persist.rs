@@ -225,8 +225,7 @@ impl Storage {
             meta.database.as_str(),
             meta.measurement.as_str(),
         ));
-        let mut state = table.state.write();
-        state.add_file(meta.clone())?;
-        Ok(())
+        table.state.write().add_file(meta.clone())?;
+        self.note_compaction_output_adopted(meta)
     }
 }

@@ -2,6 +2,7 @@
 //! images, Parquet layout, property tests of the decoders, their limits, and the fuzz
 //! corpora replayed.
 
+mod compaction;
 mod durability;
 mod fuzz_corpus;
 mod heap;

@@ -1,0 +1,172 @@
+//! Compaction: merging a table's small files into fewer, larger ones, decided by the
+//! leader through the log and carried out identically by every replica.
+//!
+//! * [`plan`] is the leader's policy: which files of a table to merge now (small files
+//!   of one hour first, then every file of a closed day into one day file), within the
+//!   memory and size bounds of [`CompactionSettings`].
+//! * A `Compact` log entry names the inputs; applying it records a [`CompactionJob`]
+//!   whose output path is a function of the entry's index, so every replica writes the
+//!   same file. [`merge`] produces the output's bytes: the same inputs give the same
+//!   bytes on every replica.
+//! * The swap is crash-safe without any record besides the files: an output's footer
+//!   says which log range and time bucket it covers ([`CompactionMark`]); any file of
+//!   the table inside both is dead ([`supersedes`]) and is removed when the node next
+//!   opens. Inputs are deleted only after the output is durable, and only after a grace
+//!   period so queries that listed them can finish.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{LogIndex, TimestampNs};
+use crate::meta::{CompactionMark, FileMeta};
+use crate::store::TableKey;
+
+pub(crate) mod merge;
+pub(crate) mod plan;
+
+/// Nanoseconds in one day.
+pub const DAY_NS: i64 = 24 * TimestampNs::HOUR_NS;
+
+/// Compaction settings (the `[compaction]` section).
+#[derive(Debug, Clone)]
+pub struct CompactionSettings {
+    /// Whether the leader proposes compactions at all.
+    pub enabled: bool,
+    /// An hour with this many files is merged even while it is still open (late or
+    /// backfilled writes, frequent flushes).
+    pub hour_files_min: usize,
+    /// An hour or a day counts as closed (no more writes expected) this long after it
+    /// ends; then all its files are merged.
+    pub closed_after_ms: u64,
+    /// A closed day is merged into one file only if its files add up to at most this
+    /// many bytes; bigger days stay one file per hour.
+    pub day_file_bytes_max: u64,
+    /// The most memory one compaction may hold (estimated from the inputs' rows and
+    /// columns before it starts); inputs that do not fit are not merged together.
+    pub memory_bytes_max: u64,
+    /// How long replaced files stay on disk after a compaction, so queries that
+    /// started before it can still read them. Longer than `query.timeout_ms`.
+    pub input_grace_ms: u64,
+}
+
+impl Default for CompactionSettings {
+    fn default() -> Self {
+        CompactionSettings {
+            enabled: true,
+            hour_files_min: 4,
+            closed_after_ms: 3_600_000,
+            day_file_bytes_max: 1 << 30,
+            memory_bytes_max: 512 << 20,
+            input_grace_ms: 300_000,
+        }
+    }
+}
+
+/// One file a compaction consumes, as the leader saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactionInput {
+    /// Object path.
+    pub path: String,
+    /// First log index the file covers.
+    pub log_first: LogIndex,
+    /// Last log index the file covers.
+    pub log_last: LogIndex,
+}
+
+impl CompactionInput {
+    /// Describes `meta` as an input.
+    pub fn of(meta: &FileMeta) -> Self {
+        CompactionInput {
+            path: meta.path.clone(),
+            log_first: meta.log_first,
+            log_last: meta.log_last,
+        }
+    }
+}
+
+/// What the leader proposes: merge these files of one table, covering one bucket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactionRequest {
+    /// The table.
+    pub table: TableKey,
+    /// Files to merge, in log order.
+    pub inputs: Vec<CompactionInput>,
+    /// Start of the time bucket (hour or day) every input lies in.
+    pub bucket_start: TimestampNs,
+    /// Width of the bucket in nanoseconds.
+    pub bucket_ns: i64,
+}
+
+/// A committed compaction waiting to be carried out on this replica.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactionJob {
+    /// What was asked.
+    pub request: CompactionRequest,
+    /// Index of the `Compact` entry; names the output.
+    pub index: LogIndex,
+    /// The output's object path.
+    pub output: String,
+    /// First log index the output covers.
+    pub log_first: LogIndex,
+    /// Last log index the output covers.
+    pub log_last: LogIndex,
+}
+
+impl CompactionJob {
+    /// The mark the output carries.
+    pub fn mark(&self) -> CompactionMark {
+        CompactionMark {
+            index: self.index,
+            bucket_start: self.request.bucket_start,
+            bucket_ns: self.request.bucket_ns,
+        }
+    }
+
+    /// Whether `path` is one of the inputs.
+    pub fn consumes(&self, path: &str) -> bool {
+        self.request.inputs.iter().any(|i| i.path == path)
+    }
+}
+
+/// What applying a `Compact` entry did (identical on every replica, except that a
+/// replica that already holds the output after a restart answers `AlreadyDone`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CompactionOutcome {
+    /// The job is queued on this replica.
+    Scheduled,
+    /// The output already exists here (a replay after a restart).
+    AlreadyDone,
+    /// The entry names files that are not (or no longer) the table's: nothing happens.
+    Rejected(String),
+}
+
+/// Whether compaction output `output` holds every row of `other` (so `other` is dead):
+/// same table, `other`'s log range inside the output's, its times inside the output's
+/// bucket. Transitive by construction, so a crash that leaves several generations of
+/// inputs behind is cleaned up from the newest output alone.
+pub fn supersedes(output: &FileMeta, other: &FileMeta) -> bool {
+    let Some(mark) = output.compaction else {
+        return false;
+    };
+    output.path != other.path
+        && output.database == other.database
+        && output.measurement == other.measurement
+        && output.log_first <= other.log_first
+        && other.log_last <= output.log_last
+        && mark.bucket_contains(other.time_min)
+        && mark.bucket_contains(other.time_max)
+}
+
+/// Splits files into live ones and those a present compaction output supersedes.
+pub fn split_superseded(files: Vec<FileMeta>) -> (Vec<FileMeta>, Vec<FileMeta>) {
+    let outputs: Vec<FileMeta> = files
+        .iter()
+        .filter(|f| f.compaction.is_some())
+        .cloned()
+        .collect();
+    files
+        .into_iter()
+        .partition(|f| !outputs.iter().any(|o| supersedes(o, f)))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,158 @@
+use super::plan::plan_table;
+use super::*;
+use crate::meta::{ColumnMeta, FILE_META_VERSION};
+use crate::paths::parquet_path;
+use crate::schema::{ColumnKind, FieldType};
+
+const H: i64 = TimestampNs::HOUR_NS;
+/// 2026-01-01T00:00:00Z
+const DAY0: i64 = 1_767_225_600_000_000_000;
+
+fn file(hour: i64, log_first: u64, log_last: u64) -> FileMeta {
+    let start = TimestampNs(DAY0 + hour * H);
+    FileMeta {
+        version: FILE_META_VERSION,
+        path: parquet_path("db", "cpu", start, LogIndex(log_first), LogIndex(log_last)),
+        database: "db".into(),
+        measurement: "cpu".into(),
+        rows: 100,
+        time_min: TimestampNs(start.0 + 10),
+        time_max: TimestampNs(start.0 + H - 10),
+        log_first: LogIndex(log_first),
+        log_last: LogIndex(log_last),
+        segment_files: 1,
+        columns: vec![
+            ColumnMeta::new("time", ColumnKind::Time),
+            ColumnMeta::new("host", ColumnKind::Tag),
+            ColumnMeta::new("v", ColumnKind::Field(FieldType::Float)),
+        ],
+        size_bytes: 1_000,
+        compaction: None,
+    }
+}
+
+fn output(of: &[&FileMeta], bucket_start: i64, bucket_ns: i64, index: u64) -> FileMeta {
+    let mut out = of[0].clone();
+    out.path = format!("out-{index}");
+    out.log_first = of.iter().map(|f| f.log_first).min().unwrap();
+    out.log_last = of.iter().map(|f| f.log_last).max().unwrap();
+    out.time_min = of.iter().map(|f| f.time_min).min().unwrap();
+    out.time_max = of.iter().map(|f| f.time_max).max().unwrap();
+    out.compaction = Some(CompactionMark {
+        index: LogIndex(index),
+        bucket_start: TimestampNs(bucket_start),
+        bucket_ns,
+    });
+    out
+}
+
+fn table() -> TableKey {
+    TableKey::new("db", "cpu")
+}
+
+fn settings() -> CompactionSettings {
+    CompactionSettings {
+        closed_after_ms: 0,
+        ..CompactionSettings::default()
+    }
+}
+
+#[test]
+fn an_output_supersedes_exactly_the_files_of_its_range_and_bucket() {
+    let a = file(10, 1, 5);
+    let b = file(10, 6, 9);
+    let other_hour = file(11, 1, 5);
+    let later = file(10, 10, 12);
+    let o = output(&[&a, &b], DAY0 + 10 * H, H, 20);
+    assert!(supersedes(&o, &a) && supersedes(&o, &b));
+    assert!(!supersedes(&o, &other_hour), "same range, another hour");
+    assert!(!supersedes(&o, &later), "same hour, later range");
+    assert!(!supersedes(&o, &o), "never itself");
+    assert!(!supersedes(&a, &b), "only outputs supersede");
+}
+
+#[test]
+fn supersession_is_transitive_through_generations_left_by_a_crash() {
+    // hour merge, then the day merge that consumed its output; a crash left all of
+    // them on disk: only the day file survives.
+    let a = file(10, 1, 5);
+    let b = file(10, 6, 9);
+    let c = file(3, 2, 2);
+    let hour = output(&[&a, &b], DAY0 + 10 * H, H, 20);
+    let day = output(&[&hour, &c], DAY0, DAY_NS, 30);
+    let next_day = file(24, 3, 4);
+    let (live, dead) = split_superseded(vec![
+        a.clone(),
+        b.clone(),
+        c.clone(),
+        hour.clone(),
+        day.clone(),
+        next_day.clone(),
+    ]);
+    let live: Vec<&str> = live.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(live, [day.path.as_str(), next_day.path.as_str()]);
+    assert_eq!(dead.len(), 4);
+}
+
+#[test]
+fn an_open_hour_waits_until_it_has_enough_files() {
+    let now = TimestampNs(DAY0 + 10 * H + 1);
+    let s = CompactionSettings {
+        closed_after_ms: 3_600_000,
+        ..settings()
+    };
+    let mut files = vec![file(10, 1, 1), file(10, 2, 2), file(10, 3, 3)];
+    assert_eq!(plan_table(&table(), &files, now, &s), None);
+    files.push(file(10, 4, 4));
+    let plan = plan_table(&table(), &files, now, &s).unwrap();
+    assert_eq!(plan.inputs.len(), 4);
+    assert_eq!((plan.bucket_start.0, plan.bucket_ns), (DAY0 + 10 * H, H));
+}
+
+#[test]
+fn a_closed_day_becomes_one_file() {
+    let now = TimestampNs(DAY0 + DAY_NS + H);
+    let files = vec![file(0, 1, 1), file(5, 1, 1), file(23, 2, 2), file(24, 3, 3)];
+    let plan = plan_table(&table(), &files, now, &settings()).unwrap();
+    assert_eq!((plan.bucket_start.0, plan.bucket_ns), (DAY0, DAY_NS));
+    assert_eq!(plan.inputs.len(), 3, "the next day's file is not taken");
+    // one file per day: nothing more to do.
+    let day = output(&[&files[0], &files[1], &files[2]], DAY0, DAY_NS, 9);
+    assert_eq!(
+        plan_table(&table(), &[day, files[3].clone()], now, &settings()),
+        None
+    );
+}
+
+#[test]
+fn a_day_too_big_for_one_file_is_merged_per_hour() {
+    let now = TimestampNs(DAY0 + DAY_NS + H);
+    let s = CompactionSettings {
+        day_file_bytes_max: 2_500,
+        ..settings()
+    };
+    let files = vec![file(1, 1, 1), file(1, 2, 2), file(2, 3, 3)];
+    let plan = plan_table(&table(), &files, now, &s).unwrap();
+    assert_eq!((plan.bucket_start.0, plan.bucket_ns), (DAY0 + H, H));
+    assert_eq!(plan.inputs.len(), 2);
+}
+
+#[test]
+fn the_memory_bound_limits_how_many_files_merge() {
+    let now = TimestampNs(DAY0 + 10 * H + 1);
+    let files: Vec<FileMeta> = (1..=6).map(|i| file(10, i, i)).collect();
+    let one = plan::estimated_memory(&[&files[0]]);
+    let s = CompactionSettings {
+        memory_bytes_max: one * 3,
+        closed_after_ms: 3_600_000,
+        ..settings()
+    };
+    let plan = plan_table(&table(), &files, now, &s).unwrap();
+    assert_eq!(plan.inputs.len(), 3, "a prefix in log order that fits");
+    assert_eq!(plan.inputs[0].log_first, LogIndex(1));
+    let tight = CompactionSettings {
+        memory_bytes_max: one,
+        ..s
+    };
+    assert_eq!(plan_table(&table(), &files, now, &tight), None);
+}
