@@ -40,6 +40,19 @@ pub fn refresh_gauges(app: &AppState) {
     metrics::gauge!("quiver_parquet_files").set(s.files as f64);
     metrics::gauge!("quiver_parquet_bytes").set(s.file_bytes as f64);
     metrics::gauge!("quiver_parquet_rows").set(s.file_rows as f64);
+    // One series per table: operators size and alert per measurement (file count
+    // creeping up means compaction is behind). Bounded by the number of tables.
+    for t in app.storage.summaries(None) {
+        let labels = [
+            ("database", t.key.database.clone()),
+            ("measurement", t.key.measurement.clone()),
+        ];
+        metrics::gauge!("quiver_table_files", &labels).set(t.file_count as f64);
+        metrics::gauge!("quiver_table_bytes", &labels).set(t.file_bytes as f64);
+        metrics::gauge!("quiver_table_rows", &labels).set(t.rows as f64);
+        metrics::gauge!("quiver_table_compactions_pending", &labels)
+            .set(t.compactions_pending as f64);
+    }
     let q = app.query.stats();
     metrics::gauge!("quiver_queries_running").set(q.running as f64);
     metrics::gauge!("quiver_queries_queued").set(q.queued as f64);

@@ -101,6 +101,7 @@ pub fn router(state: AppState) -> Router {
             get(query_sql::query_sql_get).post(query_sql::query_sql_post),
         )
         .route("/api/v1/measurements", get(ops::measurements))
+        .route("/api/v1/storage", get(ops::storage))
         .route("/api/v1/cluster/status", get(cluster::cluster_status))
         .route("/api/v1/cluster/digest", get(digest::digest))
         .route(

@@ -83,6 +83,59 @@ fn rfc3339(ns: Option<i64>) -> Value {
     }
 }
 
+/// `GET /api/v1/storage?database=`: what each table holds on this node, for operators
+/// watching compaction and retention: files, rows, bytes, time range, rows still in
+/// memory and compactions waiting, per database and measurement, plus totals.
+pub async fn storage(
+    State(app): State<AppState>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let grant = app
+        .auth
+        .check_request(&headers, &params, Permission::Read)?;
+    let database = params
+        .get("database")
+        .or_else(|| params.get("db"))
+        .map(String::as_str);
+    let mut databases: std::collections::BTreeMap<String, Vec<Value>> = Default::default();
+    let (mut files, mut bytes, mut rows, mut pending) = (0usize, 0u64, 0u64, 0usize);
+    for s in app.storage.summaries(database) {
+        if grant.database(&s.key.database).is_err() {
+            continue;
+        }
+        files += s.file_count;
+        bytes += s.file_bytes;
+        rows += s.rows;
+        pending += s.compactions_pending;
+        databases
+            .entry(s.key.database.clone())
+            .or_default()
+            .push(json!({
+                "measurement": s.key.measurement,
+                "files": s.file_count,
+                "bytes": s.file_bytes,
+                "rows": s.rows,
+                "rows_in_memory": s.memory_rows,
+                "oldest": rfc3339(s.time_min),
+                "newest": rfc3339(s.time_max),
+                "compactions_pending": s.compactions_pending,
+            }));
+    }
+    let databases: Vec<Value> = databases
+        .into_iter()
+        .map(|(name, measurements)| json!({"database": name, "measurements": measurements}))
+        .collect();
+    Ok(Json(json!({
+        "success": true,
+        "files": files,
+        "bytes": bytes,
+        "rows": rows,
+        "compactions_pending": pending,
+        "databases": databases,
+    })))
+}
+
 /// `GET /api/v1/measurements?database=`: tables with their file counts and time range,
 /// as `{"success": true, "measurements": [...]}`.
 pub async fn measurements(

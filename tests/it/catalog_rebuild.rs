@@ -6,7 +6,13 @@ use std::time::Duration;
 use crate::common::{batch_payload, Node, NodeSpec};
 
 async fn flushed_node(dir: &std::path::Path) -> Node {
-    let node = Node::start(NodeSpec::new(dir).with("QUIVER_STORAGE_FLUSH_AGE_MS", 100)).await;
+    // Compaction off: these tests compare file counts across a restart.
+    let node = Node::start(
+        NodeSpec::new(dir)
+            .with("QUIVER_STORAGE_FLUSH_AGE_MS", 100)
+            .with("QUIVER_COMPACTION_ENABLED", false),
+    )
+    .await;
     for batch in 0..10 {
         let (status, text) = node
             .write_msgpack(

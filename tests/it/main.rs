@@ -6,6 +6,7 @@ mod cluster;
 mod cluster_hardening;
 mod cluster_support;
 mod common;
+mod compaction;
 mod config_errors;
 mod crash;
 mod disk_full;

@@ -147,7 +147,10 @@ async fn check(node: &Node, rows: &[Row], phase: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn answers_match_across_buffer_parquet_mixed_and_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let never = NodeSpec::new(dir.path()).with("QUIVER_STORAGE_FLUSH_AGE_MS", 3_600_000);
+    // Compaction off: the files-and-buffer layouts below are the point.
+    let never = NodeSpec::new(dir.path())
+        .with("QUIVER_STORAGE_FLUSH_AGE_MS", 3_600_000)
+        .with("QUIVER_COMPACTION_ENABLED", false);
     let mut node = Node::start(never.clone()).await;
     let mut rows = dataset(0);
     write(&node, &rows).await;

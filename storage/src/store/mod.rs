@@ -137,6 +137,10 @@ pub struct TableSummary {
     pub time_min: Option<i64>,
     /// Largest time.
     pub time_max: Option<i64>,
+    /// Rows in memory (live buffer and frozen segments), not yet in Parquet.
+    pub memory_rows: u64,
+    /// Compactions committed but not yet carried out here.
+    pub compactions_pending: usize,
 }
 
 struct Table {
@@ -283,7 +287,8 @@ impl Storage {
                 let state = table.state.read();
                 let mut time_min = state.files.iter().map(|f| f.time_min.0).min();
                 let mut time_max = state.files.iter().map(|f| f.time_max.0).max();
-                let mut rows: u64 = state.files.iter().map(|f| f.rows).sum();
+                let file_rows: u64 = state.files.iter().map(|f| f.rows).sum();
+                let mut rows = file_rows;
                 for batch in state
                     .frozen
                     .iter()
@@ -303,6 +308,8 @@ impl Storage {
                     rows,
                     time_min,
                     time_max,
+                    memory_rows: rows - file_rows,
+                    compactions_pending: state.pending.len(),
                 }
             })
             .collect()
