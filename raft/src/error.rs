@@ -7,7 +7,10 @@ use crate::types::NodeId;
 pub enum Error {
     /// The WAL could not be opened.
     #[error("wal: {0}")]
-    Wal(String),
+    Wal(#[from] quiver_wal::Error),
+    /// The vote barrier file (beside the WAL) could not be read or written.
+    #[error("vote barrier: {0}")]
+    VoteBarrier(#[from] crate::durable_file::DurableFileError),
     /// The log or state machine storage failed.
     #[error("raft storage: {0}")]
     Storage(#[from] openraft::StorageError<NodeId>),
@@ -16,7 +19,7 @@ pub enum Error {
     Config(String),
     /// openraft failed.
     #[error("raft: {0}")]
-    Raft(String),
+    Raft(#[from] openraft::error::Fatal<NodeId>),
 }
 
 /// Why a proposal was not committed. Nothing of it was appended to the log, except

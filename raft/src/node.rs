@@ -147,7 +147,7 @@ impl RaftNode {
     /// initialises itself as a one-voter cluster; otherwise it resumes.
     pub async fn start(config: RaftConfig, storage: Arc<Storage>) -> Result<RaftNode, Error> {
         let wal_dir = config.wal.dir.clone();
-        let wal = Wal::open(config.wal.clone()).map_err(|e| Error::Wal(e.to_string()))?;
+        let wal = Wal::open(config.wal.clone())?;
         let log = LogStore::open(wal, &wal_dir).await?;
         let peers = PeerClient::new(&config.secret, &config.peer_tls)?;
         let sm = StateMachine::open(
@@ -179,13 +179,9 @@ impl RaftNode {
             log.clone(),
             sm,
         )
-        .await
-        .map_err(|e| Error::Raft(e.to_string()))?;
-        let barrier = Arc::new(VoteBarrier::load(&wal_dir).map_err(|e| Error::Wal(e.to_string()))?);
-        let initialized = raft
-            .is_initialized()
-            .await
-            .map_err(|e| Error::Raft(e.to_string()))?;
+        .await?;
+        let barrier = Arc::new(VoteBarrier::load(&wal_dir)?);
+        let initialized = raft.is_initialized().await?;
         let joining =
             !config.peers.is_empty() && !config.peers.iter().any(|(id, _)| *id == config.node_id);
         let mut bootstrap_pending = false;
@@ -210,7 +206,7 @@ impl RaftNode {
         } else if !initialized {
             // An empty log in a static voter set: either the cluster is forming, or this
             // node lost its data. Until the peers tell which, it must not vote.
-            barrier.close().map_err(|e| Error::Wal(e.to_string()))?;
+            barrier.close()?;
             bootstrap_pending = true;
         }
         if let Some(reason) = barrier.refusal() {
