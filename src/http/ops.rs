@@ -83,6 +83,14 @@ fn rfc3339(ns: Option<i64>) -> Value {
     }
 }
 
+/// The database a listing is narrowed to: `?database=`, or InfluxDB's `?db=`.
+fn database_param(params: &HashMap<String, String>) -> Option<&str> {
+    params
+        .get("database")
+        .or_else(|| params.get("db"))
+        .map(String::as_str)
+}
+
 /// `GET /api/v1/storage?database=`: what each table holds on this node, for operators
 /// watching compaction and retention: files, rows, bytes, time range, rows still in
 /// memory and compactions waiting, per database and measurement, plus totals.
@@ -94,10 +102,7 @@ pub async fn storage(
     let grant = app
         .auth
         .check_request(&headers, &params, Permission::Read)?;
-    let database = params
-        .get("database")
-        .or_else(|| params.get("db"))
-        .map(String::as_str);
+    let database = database_param(&params);
     let mut databases: std::collections::BTreeMap<String, Vec<Value>> = Default::default();
     let (mut files, mut bytes, mut rows, mut pending) = (0usize, 0u64, 0u64, 0usize);
     for s in app.storage.summaries(database) {
@@ -146,10 +151,7 @@ pub async fn measurements(
     let grant = app
         .auth
         .check_request(&headers, &params, Permission::Read)?;
-    let database = params
-        .get("database")
-        .or_else(|| params.get("db"))
-        .map(String::as_str);
+    let database = database_param(&params);
     let list: Vec<Value> = app
         .storage
         .summaries(database)
