@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 const ENTRY_ENVELOPE_BYTES: usize = 1 << 20;
 
 /// Sections a `QUIVER_<SECTION>_<KEY>` variable may name.
-const SECTIONS: [&str; 10] = [
+const SECTIONS: [&str; 11] = [
     "http",
     "storage",
     "wal",
@@ -23,6 +23,7 @@ const SECTIONS: [&str; 10] = [
     "log",
     "limits",
     "compaction",
+    "retention",
 ];
 
 /// The whole configuration.
@@ -49,6 +50,18 @@ pub struct Config {
     pub limits: quiver_storage::WriteLimits,
     /// When and how Parquet files are merged.
     pub compaction: CompactionSection,
+    /// Retention given to databases created from now on.
+    pub retention: RetentionSection,
+}
+
+/// `[retention]`
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionSection {
+    /// The retention a database gets when its first row is written (`"30d"`; none:
+    /// rows live forever). Existing databases keep theirs; change one with
+    /// `PUT /api/v1/retention/{db}`.
+    pub default: Option<String>,
 }
 
 /// `[compaction]`: see `quiver_storage::compaction::CompactionSettings`.
@@ -504,8 +517,24 @@ impl Config {
             .map_err(|_| anyhow!("wal.sync {:?} must be fsync, batch or none", self.wal.sync))
     }
 
+    /// `retention.default` in nanoseconds, if set.
+    pub fn retention_default_ns(&self) -> Result<Option<i64>> {
+        match &self.retention.default {
+            None => Ok(None),
+            Some(text) => {
+                let ns = quiver_storage::lifecycle::parse_duration_ns(text)
+                    .map_err(|e| anyhow!("retention.default: {e}"))?;
+                if ns < quiver_storage::TimestampNs::HOUR_NS {
+                    bail!("retention.default {text:?} is shorter than the shortest retention, 1h");
+                }
+                Ok(Some(ns))
+            }
+        }
+    }
+
     fn validate(&self) -> Result<()> {
         self.http_addr()?;
+        self.retention_default_ns()?;
         self.wal_sync()?;
         if self.cluster.node_id == 0 {
             bail!("cluster.node_id must be at least 1");

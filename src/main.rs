@@ -4,6 +4,7 @@ mod auth;
 mod cli;
 mod cluster_cli;
 mod config;
+mod continuous;
 mod http;
 mod node;
 mod telemetry;

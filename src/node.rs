@@ -61,8 +61,11 @@ pub async fn serve(config: Config) -> Result<()> {
             input_grace_ms: config.compaction.input_grace_ms,
         },
     };
+    // The newest snapshot says which Parquet files are live; read it before storage.
+    let recovered = quiver_raft::Recovered::load(&data_dir, &config.wal_dir())
+        .context("reading the newest snapshot")?;
     let storage = Arc::new(
-        Storage::open(storage_config)
+        Storage::open_with(storage_config, recovered.file_set())
             .await
             .context("opening storage")?,
     );
@@ -108,7 +111,7 @@ pub async fn serve(config: Config) -> Result<()> {
         flush_check_interval_ms: config.raft.flush_check_interval_ms,
         compaction_check_interval_ms: config.compaction.check_interval_ms,
     };
-    let node = RaftNode::start(raft_config, storage.clone())
+    let node = RaftNode::start_recovered(raft_config, storage.clone(), recovered)
         .await
         .context("starting raft")?;
     let background = node.spawn_background();
@@ -145,6 +148,15 @@ pub async fn serve(config: Config) -> Result<()> {
         },
     )
     .context("starting the query engine")?;
+    let cq_runner = tokio::spawn(
+        crate::continuous::Runner {
+            node: node.clone(),
+            storage: storage.clone(),
+            query: query.clone(),
+            entry_bytes_max: config.raft.entry_bytes_max,
+        }
+        .run(),
+    );
     let state = AppState::new(AppInner {
         node: node.clone(),
         storage: storage.clone(),
@@ -192,6 +204,7 @@ pub async fn serve(config: Config) -> Result<()> {
         .await
         .context("http server")?;
     watchdog.abort();
+    cq_runner.abort();
     for task in background {
         task.abort();
     }

@@ -192,9 +192,37 @@ impl QueryEngine {
             .await
     }
 
+    /// Runs `sql` against `database` as `source` sees the tables (a continuous query's
+    /// window, the rows a delete hid), under the same admission, limits and sandbox as
+    /// any query, and collects the result. `source` must read the same object store.
+    pub async fn execute_over(
+        &self,
+        source: Arc<dyn TableSource>,
+        database: &str,
+        sql: &str,
+    ) -> Result<QueryOutput, Error> {
+        self.start_over(Some(source), database, sql, &QueryAccess::all(), |_| {
+            Batches
+        })
+        .await?
+        .collect()
+        .await
+    }
+
     /// Admits the query, builds its session and starts it on the query runtime.
     async fn start<S: Sink>(
         &self,
+        database: &str,
+        sql: &str,
+        access: &QueryAccess,
+        sink: impl FnOnce(&Arc<QueryMemoryPool>) -> S,
+    ) -> Result<ResultStream<S::Item>, Error> {
+        self.start_over(None, database, sql, access, sink).await
+    }
+
+    async fn start_over<S: Sink>(
+        &self,
+        source: Option<Arc<dyn TableSource>>,
         database: &str,
         sql: &str,
         access: &QueryAccess,
@@ -207,7 +235,7 @@ impl QueryEngine {
             self.inner.config.memory_bytes_max,
             Arc::clone(&self.inner.node_memory),
         ));
-        let state = self.session(database, access, &pool)?;
+        let state = self.session(source, database, access, &pool)?;
         let sink = sink(&pool);
         let (tx, rx) = mpsc::channel(RESULT_CHUNKS_AHEAD_MAX);
         let task = self.inner.runtime.handle().spawn(produce::run(
@@ -224,6 +252,7 @@ impl QueryEngine {
     /// A fresh session for one query against `database`.
     fn session(
         &self,
+        source: Option<Arc<dyn TableSource>>,
         database: &str,
         access: &QueryAccess,
         pool: &Arc<QueryMemoryPool>,
@@ -246,14 +275,12 @@ impl QueryEngine {
         let mut builder = SessionStateBuilder::new_from_existing(self.inner.base_state.clone())
             .with_config(session_config)
             .with_runtime_env(self.runtime_env(pool)?);
-        if access.is_restricted() {
+        if access.is_restricted() || source.is_some() {
+            let source = source.unwrap_or_else(|| Arc::clone(&self.inner.source));
             let catalogs = MemoryCatalogProviderList::new();
             catalogs.register_catalog(
                 CATALOG_NAME.to_string(),
-                Arc::new(QuiverCatalog::new(
-                    Arc::clone(&self.inner.source),
-                    access.clone(),
-                )),
+                Arc::new(QuiverCatalog::new(source, access.clone())),
             );
             builder = builder.with_catalog_list(Arc::new(catalogs) as Arc<dyn CatalogProviderList>);
         }

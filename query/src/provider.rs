@@ -22,6 +22,7 @@
 //! file; DataFusion could use that only with one file per partition, and would then stop
 //! splitting large files. `docs/queries.md` ("Scans and sort order") has the reasoning.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -31,7 +32,7 @@ use arrow::record_batch::RecordBatch;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::config::TableParquetOptions;
 use datafusion::common::stats::Precision;
-use datafusion::common::{project_schema, Statistics};
+use datafusion::common::{project_schema, DFSchema, ScalarValue, Statistics};
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::physical_plan::parquet::CachedParquetFileReaderFactory;
@@ -39,11 +40,17 @@ use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, Pa
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::object_store::ObjectStoreUrl;
-use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
+use datafusion::logical_expr::utils::conjunction;
+use datafusion::logical_expr::{col, lit, not, Expr, TableProviderFilterPushDown, TableType};
+use datafusion::physical_expr::expressions::Column as PhysicalColumn;
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::ExecutionPlan;
-use quiver_storage::{with_tags_as, ParquetFileRef, TableSnapshot};
+use quiver_storage::lifecycle::{DeletePredicate, TagOp};
+use quiver_storage::{with_tags_as, ParquetFileRef, TableSnapshot, TimestampNs, TIME_COLUMN};
 
 use crate::client_types::cast_columns;
 use crate::engine::STORAGE_URL;
@@ -101,14 +108,109 @@ impl MeasurementTable {
             time_max_ns = range.max_ns,
             "pruned files by time"
         );
-        if !files.is_empty() {
-            children.push(self.parquet_exec(state, &files, projection, limit, partitions_max)?);
+        // Files that need the same filter (retention or window edges, deletes) are
+        // scanned together under it; the rest without any.
+        let mut groups: BTreeMap<Visibility, Vec<&ParquetFileRef>> = BTreeMap::new();
+        for file in files {
+            groups
+                .entry(visibility(&self.snapshot, file))
+                .or_default()
+                .push(file);
+        }
+        for (needs, group) in groups {
+            match self.visibility_expr(&needs) {
+                None => children.push(self.parquet_exec(
+                    state,
+                    &group,
+                    projection,
+                    limit,
+                    partitions_max,
+                )?),
+                Some(predicate) => children.push(self.filtered_parquet_exec(
+                    state,
+                    &group,
+                    projection,
+                    predicate,
+                    partitions_max,
+                )?),
+            }
         }
         if children.is_empty() {
             let schema = project_schema(&self.schema, projection)?;
             return Ok(Arc::new(EmptyExec::new(schema)));
         }
         UnionExec::try_new(children)
+    }
+
+    /// The predicate rows of a file group must pass, if any.
+    fn visibility_expr(&self, needs: &Visibility) -> Option<Expr> {
+        let mut parts: Vec<Expr> = Vec::new();
+        if needs.from_edge {
+            if let Some(from) = self.snapshot.visible_from {
+                parts.push(col(TIME_COLUMN).gt_eq(time_literal(from)));
+            }
+        }
+        if needs.before_edge {
+            if let Some(before) = self.snapshot.visible_before {
+                parts.push(col(TIME_COLUMN).lt(time_literal(before)));
+            }
+        }
+        if let Some(only) = &self.snapshot.only_matching {
+            parts.push(delete_matches(only, &self.schema));
+        }
+        for &i in &needs.tombstones {
+            if let Some(t) = self.snapshot.tombstones.get(i) {
+                parts.push(not(delete_matches(t, &self.schema)));
+            }
+        }
+        conjunction(parts)
+    }
+
+    /// A Parquet scan of `files` whose rows pass `predicate`, projected as asked (the
+    /// scan reads the predicate's columns too).
+    fn filtered_parquet_exec(
+        &self,
+        state: &dyn Session,
+        files: &[&ParquetFileRef],
+        projection: Option<&Vec<usize>>,
+        predicate: Expr,
+        partitions_max: usize,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let needed: Vec<usize> = match projection {
+            None => (0..self.schema.fields().len()).collect(),
+            Some(p) => {
+                let mut cols = p.clone();
+                for c in predicate.column_refs() {
+                    if let Ok(i) = self.schema.index_of(&c.name) {
+                        if !cols.contains(&i) {
+                            cols.push(i);
+                        }
+                    }
+                }
+                cols
+            }
+        };
+        let scan = self.parquet_exec(state, files, Some(&needed), None, partitions_max)?;
+        let scan_schema = scan.schema();
+        let df_schema = DFSchema::try_from(scan_schema.as_ref().clone())?;
+        let physical = state.create_physical_expr(predicate, &df_schema)?;
+        let filtered: Arc<dyn ExecutionPlan> = Arc::new(FilterExec::try_new(physical, scan)?);
+        let Some(p) = projection else {
+            return Ok(filtered);
+        };
+        if p.len() == needed.len() {
+            return Ok(filtered);
+        }
+        let exprs: Vec<(Arc<dyn PhysicalExpr>, String)> = (0..p.len())
+            .map(|i| {
+                let field = scan_schema.field(i);
+                (
+                    Arc::new(PhysicalColumn::new(field.name(), i)) as Arc<dyn PhysicalExpr>,
+                    field.name().clone(),
+                )
+            })
+            .collect();
+        Ok(Arc::new(ProjectionExec::try_new(exprs, filtered)?))
     }
 
     fn memory_exec(
@@ -188,6 +290,71 @@ impl MeasurementTable {
         }
         Ok(DataSourceExec::from_data_source(config.build()))
     }
+}
+
+/// What a file group's rows must be filtered by.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Visibility {
+    /// The file reaches below `visible_from`.
+    from_edge: bool,
+    /// The file reaches to or past `visible_before`.
+    before_edge: bool,
+    /// Indexes into the snapshot's tombstones that apply to the file.
+    tombstones: Vec<usize>,
+    /// The snapshot counts a delete's rows: every file is filtered by it.
+    only: bool,
+}
+
+fn visibility(snapshot: &TableSnapshot, file: &ParquetFileRef) -> Visibility {
+    Visibility {
+        from_edge: snapshot.visible_from.is_some_and(|f| file.time_min < f),
+        before_edge: snapshot.visible_before.is_some_and(|b| file.time_max >= b),
+        tombstones: file.tombstones.clone(),
+        only: snapshot.only_matching.is_some(),
+    }
+}
+
+fn time_literal(t: TimestampNs) -> Expr {
+    lit(ScalarValue::TimestampNanosecond(Some(t.0), None))
+}
+
+/// `predicate` as an expression that is true exactly for the rows it matches, never
+/// null: a tag the row lacks (null, or not a column of the table) is the empty string.
+fn delete_matches(predicate: &DeletePredicate, schema: &SchemaRef) -> Expr {
+    let mut parts: Vec<Expr> = Vec::new();
+    if let Some(from) = predicate.time_from {
+        parts.push(col(TIME_COLUMN).gt_eq(time_literal(from)));
+    }
+    if let Some(before) = predicate.time_before {
+        parts.push(col(TIME_COLUMN).lt(time_literal(before)));
+    }
+    for condition in &predicate.tags {
+        let positive = matches!(condition.op, TagOp::Eq | TagOp::In);
+        let empty_listed = condition.values.iter().any(String::is_empty);
+        let Ok(field) = schema.field_with_name(&condition.tag) else {
+            // Absent from the table: every row has the empty string.
+            parts.push(lit(empty_listed == positive));
+            continue;
+        };
+        let column = col(field.name().as_str());
+        let values: Vec<Expr> = condition
+            .values
+            .iter()
+            .map(|v| lit(ScalarValue::Utf8View(Some(v.clone()))))
+            .collect();
+        let member = column
+            .clone()
+            .is_not_null()
+            .and(column.clone().in_list(values, false));
+        // A null tag is the empty string: a member exactly when "" is listed.
+        let member = if empty_listed {
+            column.is_null().or(member)
+        } else {
+            member
+        };
+        parts.push(if positive { member } else { not(member) });
+    }
+    conjunction(parts).unwrap_or_else(|| lit(true))
 }
 
 /// `schema` with every tag declared as `Utf8View`. DataFusion 55 has no group-by
@@ -283,6 +450,7 @@ mod tests {
             rows: 1,
             time_min: TimestampNs(0),
             time_max: TimestampNs(1),
+            tombstones: Vec::new(),
         }
     }
 

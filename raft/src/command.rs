@@ -6,7 +6,10 @@
 use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
 use quiver_storage::compaction::{CompactionOutcome, CompactionRequest};
-use quiver_storage::{decode_batch, encode_batch, PolicyChange, PolicyOutcome, TableKey};
+use quiver_storage::lifecycle::{CqWindowOutcome, DeletePredicate};
+use quiver_storage::{
+    decode_batch, encode_batch, DeleteOutcome, PolicyChange, PolicyOutcome, TableKey, TimestampNs,
+};
 use serde::{Deserialize, Serialize};
 
 /// One measurement's rows inside a write.
@@ -27,6 +30,10 @@ pub struct WriteCommand {
     pub database: String,
     /// The rows, per measurement.
     pub tables: Vec<TablePayload>,
+    /// The retention (ns) the database gets if this write creates it
+    /// (`retention.default` of the node that encoded it).
+    #[serde(default)]
+    pub new_database_retention_ns: Option<i64>,
 }
 
 impl WriteCommand {
@@ -48,6 +55,7 @@ impl WriteCommand {
         Ok(WriteCommand {
             database: database.to_string(),
             tables,
+            new_database_retention_ns: None,
         })
     }
 
@@ -88,6 +96,33 @@ pub enum Command {
     Policy(PolicyChange),
     /// Merge files of a table (decided by the leader's compaction policy).
     Compact(CompactionRequest),
+    /// Delete rows of a table (a tombstone).
+    Delete(DeleteCommand),
+    /// One window of a continuous query: its rows and its progress (decided by the
+    /// leader, which ran the query).
+    CqWindow(CqWindowCommand),
+}
+
+/// One computed window of a continuous query.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CqWindowCommand {
+    /// The query's name (its database is `rows.database`).
+    pub name: String,
+    /// The window's start (inclusive).
+    pub window_start: TimestampNs,
+    /// The window's end (exclusive).
+    pub window_end: TimestampNs,
+    /// The rows for the query's target measurement (possibly none).
+    pub rows: WriteCommand,
+}
+
+/// A delete: rows of one measurement matching a predicate, written before the entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeleteCommand {
+    /// The measurement.
+    pub table: TableKey,
+    /// Which rows.
+    pub predicate: DeletePredicate,
 }
 
 impl std::fmt::Display for Command {
@@ -97,6 +132,12 @@ impl std::fmt::Display for Command {
             Command::Flush(fl) => write!(f, "flush {} tables", fl.tables.len()),
             Command::Policy(change) => write!(f, "policy change {change:?}"),
             Command::Compact(c) => write!(f, "compact {} files of {}", c.inputs.len(), c.table),
+            Command::Delete(d) => write!(f, "delete from {}", d.table),
+            Command::CqWindow(w) => write!(
+                f,
+                "continuous query {}/{} window at {}",
+                w.rows.database, w.name, w.window_start.0
+            ),
         }
     }
 }
@@ -115,6 +156,10 @@ pub enum CommandResult {
     Policy(PolicyOutcome),
     /// A compaction was queued (or refused).
     Compaction(CompactionOutcome),
+    /// A delete was recorded (or named no table).
+    Deleted(DeleteOutcome),
+    /// A continuous query's window was written (or was already).
+    CqWindow(CqWindowOutcome),
     /// A blank or membership entry: nothing for the client.
     Noop,
     /// The command was refused, identically on every replica (e.g. a schema conflict).

@@ -11,6 +11,12 @@ pub enum Error {
     /// The vote barrier file (beside the WAL) could not be read or written.
     #[error("vote barrier: {0}")]
     VoteBarrier(#[from] crate::durable_file::DurableFileError),
+    /// The newest snapshot could not be read at start.
+    #[error("snapshot: {0}")]
+    Snapshot(#[from] crate::snapshot_file::SnapshotFileError),
+    /// The log's purge point could not be read at start.
+    #[error("purge point: {0}")]
+    PurgePoint(crate::durable_file::DurableFileError),
     /// The log or state machine storage failed.
     #[error("raft storage: {0}")]
     Storage(#[from] openraft::StorageError<NodeId>),

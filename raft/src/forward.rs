@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::{CommandResult, WriteCommand};
+use crate::command::{CommandResult, DeleteCommand, WriteCommand};
 use crate::types::NodeId;
 
 /// URL path of forwarded requests.
@@ -19,6 +19,8 @@ pub enum LeaderRequest {
     Write(WriteCommand),
     /// Propose a change of the replicated settings.
     Policy(quiver_storage::PolicyChange),
+    /// Propose a delete (a tombstone).
+    Delete(DeleteCommand),
     /// Confirm leadership and return the index a linearizable read must wait for.
     ReadIndex,
     /// Add a non-voting member that starts receiving the log.

@@ -19,12 +19,16 @@ mod log_store;
 mod network;
 mod node;
 mod peer_client;
+mod recovery;
 mod snapshot_file;
 mod state_machine;
 mod types;
 mod vote_barrier;
 
-pub use command::{Command, CommandResult, FlushCommand, TablePayload, WriteCommand};
+pub use command::{
+    Command, CommandResult, CqWindowCommand, DeleteCommand, FlushCommand, TablePayload,
+    WriteCommand,
+};
 pub use error::{Error, WriteError};
 pub use file_transfer::{is_servable_path, FILES_PATH};
 pub use forward::{LeaderAnswer, LeaderRequest, FORWARD_PATH};
@@ -35,6 +39,7 @@ pub use peer_client::{
     base_url, peer_base_url, secret_matches, PeerClient, PeerError, PeerTls, INTERNAL_CONTENT_TYPE,
     SECRET_HEADER,
 };
+pub use recovery::Recovered;
 pub use state_machine::{SnapshotBuilder, StateMachine};
 pub use types::{
     Entry, LogId, NodeId, Raft, SnapshotMeta, StorageError, StoredMembership, TypeConfig, Vote,

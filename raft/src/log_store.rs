@@ -26,7 +26,8 @@ use crate::types::{Entry, LogId, StorageError, TypeConfig, Vote};
 /// Bytes of decoded entries kept in memory for apply and replication.
 const CACHE_BYTES_MAX: usize = 256 * 1024 * 1024;
 const VOTE_FILE: &str = "raft-vote";
-const PURGED_FILE: &str = "raft-purged";
+/// The purge point's file in the WAL directory.
+pub(crate) const PURGED_FILE: &str = "raft-purged";
 const COMMITTED_FILE: &str = "raft-committed";
 
 /// The log store; clones share state and serve as openraft's log readers.
@@ -84,6 +85,7 @@ fn decode(index: u64, bytes: &[u8]) -> Result<Entry, StorageError> {
 fn entry_bytes(entry: &Entry) -> usize {
     match &entry.payload {
         EntryPayload::Normal(Command::Write(w)) => w.bytes() + 128,
+        EntryPayload::Normal(Command::CqWindow(w)) => w.rows.bytes() + 128,
         _ => 128,
     }
 }

@@ -22,6 +22,7 @@ use crate::forward::{LeaderAnswer, LeaderRequest, FORWARD_PATH};
 use crate::log_store::LogStore;
 use crate::network::{HttpNetworkFactory, ReplicationLimits};
 use crate::peer_client::{PeerClient, PeerError, PeerTls};
+use crate::recovery::Recovered;
 use crate::state_machine::StateMachine;
 use crate::types::{NodeId, Raft, TypeConfig};
 use crate::vote_barrier::VoteBarrier;
@@ -144,17 +145,31 @@ pub struct PeerState {
 
 impl RaftNode {
     /// Opens everything and starts Raft. A node whose log and vote are empty
-    /// initialises itself as a one-voter cluster; otherwise it resumes.
+    /// initialises itself as a one-voter cluster; otherwise it resumes. Reads the newest
+    /// snapshot itself; a node opens storage with it first and calls
+    /// [`RaftNode::start_recovered`].
     pub async fn start(config: RaftConfig, storage: Arc<Storage>) -> Result<RaftNode, Error> {
+        let recovered = Recovered::load(&config.data_dir, &config.wal.dir)?;
+        Self::start_recovered(config, storage, recovered).await
+    }
+
+    /// [`RaftNode::start`] from a snapshot already read (storage was opened with its
+    /// [`Recovered::file_set`]).
+    pub async fn start_recovered(
+        config: RaftConfig,
+        storage: Arc<Storage>,
+        recovered: Recovered,
+    ) -> Result<RaftNode, Error> {
         let wal_dir = config.wal.dir.clone();
         let wal = Wal::open(config.wal.clone())?;
         let log = LogStore::open(wal, &wal_dir).await?;
         let peers = PeerClient::new(&config.secret, &config.peer_tls)?;
-        let sm = StateMachine::open(
+        let sm = StateMachine::open_recovered(
             storage.clone(),
             &config.data_dir,
             config.node_id,
             peers.clone(),
+            recovered.snapshot,
         )
         .await?;
         let raft_config = openraft::Config {
@@ -357,7 +372,23 @@ impl RaftNode {
         self.commit(LeaderRequest::Policy(change)).await
     }
 
+    /// Proposes a delete like [`RaftNode::write`]; returns the entry's index too (the
+    /// tombstone's, which tells which rows it hides).
+    pub async fn delete(
+        &self,
+        command: crate::command::DeleteCommand,
+    ) -> Result<(CommandResult, u64), WriteError> {
+        self.commit_indexed(LeaderRequest::Delete(command)).await
+    }
+
     async fn commit(&self, request: LeaderRequest) -> Result<CommandResult, WriteError> {
+        self.commit_indexed(request).await.map(|(result, _)| result)
+    }
+
+    async fn commit_indexed(
+        &self,
+        request: LeaderRequest,
+    ) -> Result<(CommandResult, u64), WriteError> {
         let deadline = Instant::now() + Duration::from_millis(self.config.write_timeout_ms);
         let (result, index) = match self.on_leader(request, deadline).await? {
             LeaderAnswer::Committed { result, index } => (result, index),
@@ -381,7 +412,7 @@ impl RaftNode {
                 "a committed entry was not yet applied on this node at its deadline"
             );
         }
-        Ok(result)
+        Ok((result, index))
     }
 
     /// Waits until this node has applied everything committed when the call began, as
@@ -534,6 +565,10 @@ impl RaftNode {
             }
             LeaderRequest::Policy(change) => self
                 .propose_until(Command::Policy(change), deadline)
+                .await
+                .map(|(result, index)| LeaderAnswer::Committed { result, index }),
+            LeaderRequest::Delete(delete) => self
+                .propose_until(Command::Delete(delete), deadline)
                 .await
                 .map(|(result, index)| LeaderAnswer::Committed { result, index }),
             LeaderRequest::ReadIndex => match self.raft.ensure_linearizable().await {
@@ -795,12 +830,23 @@ impl RaftNode {
     /// the data volume is low: an output is written before its inputs go.
     async fn compaction_loop(self) {
         let interval = Duration::from_millis(self.config.compaction_check_interval_ms.max(1));
+        let snapshot_gap = Duration::from_millis(self.config.snapshot_interval_ms_min);
         let mut next_policy = Instant::now() + interval;
+        let mut last_snapshot_asked: Option<Instant> = None;
         loop {
             if self.raft.metrics().borrow().running_state.is_err() {
                 return;
             }
             self.storage.delete_condemned();
+            // Removed files leave the disk only once a snapshot no longer lists them.
+            let awaiting_snapshot = self.storage.condemned_awaiting_snapshot();
+            if awaiting_snapshot && last_snapshot_asked.is_none_or(|t| t.elapsed() >= snapshot_gap)
+            {
+                if self.raft.trigger().snapshot().await.is_err() {
+                    return;
+                }
+                last_snapshot_asked = Some(Instant::now());
+            }
             if Instant::now() >= next_policy {
                 next_policy = Instant::now() + interval;
                 if self.is_leader() && self.data_volume_low().is_none() {
@@ -826,6 +872,9 @@ impl RaftNode {
             let mut wait = next_policy.saturating_duration_since(Instant::now());
             if let Some(due) = self.storage.next_condemned_due() {
                 wait = wait.min(due);
+            }
+            if awaiting_snapshot {
+                wait = wait.min(snapshot_gap);
             }
             tokio::select! {
                 _ = self.storage.compaction_queued() => {}
@@ -856,6 +905,18 @@ impl RaftNode {
                 }
             }
         }
+    }
+
+    /// On the leader: proposes one window of a continuous query, which this node ran.
+    /// Elsewhere `NotLeader`: only the leader computes windows.
+    pub async fn propose_cq_window(
+        &self,
+        window: crate::command::CqWindowCommand,
+    ) -> Result<CommandResult, WriteError> {
+        if !self.is_leader() {
+            return Err(WriteError::NotLeader { leader: None });
+        }
+        self.propose(Command::CqWindow(window)).await
     }
 
     /// Flushes every live buffer and waits until all segments are written (used by a

@@ -275,6 +275,7 @@ mod tests {
             files: files.clone(),
             policies: Default::default(),
             compactions: Vec::new(),
+            generation: 0,
         };
         let meta = meta_at(1_000_000);
         let started = Instant::now();

@@ -61,7 +61,8 @@ pub struct StateMachine {
 
 impl StateMachine {
     /// Opens the state machine over `storage`, restoring the newest snapshot in
-    /// `data_dir/snapshots`.
+    /// `data_dir/snapshots`. Storage should have been opened with that snapshot's
+    /// [`Recovered::file_set`]; [`StateMachine::open_recovered`] takes it already read.
     pub async fn open(
         storage: Arc<Storage>,
         data_dir: &Path,
@@ -69,14 +70,32 @@ impl StateMachine {
         peers: PeerClient,
     ) -> Result<StateMachine, StorageError> {
         let dir = snapshot_dir(data_dir);
+        let snapshot = match latest_snapshot(&dir).map_err(|e| snapshot_err(ErrorVerb::Read, e))? {
+            Some(path) => Some(
+                tokio::task::spawn_blocking(move || read_snapshot(&path))
+                    .await
+                    .map_err(|e| snapshot_err(ErrorVerb::Read, e))?
+                    .map_err(|e| snapshot_err(ErrorVerb::Read, e))?,
+            ),
+            None => None,
+        };
+        Self::open_recovered(storage, data_dir, node_id, peers, snapshot).await
+    }
+
+    /// Opens the state machine from `snapshot` (the newest one on disk, read by
+    /// [`Recovered::load`] before storage opened).
+    pub async fn open_recovered(
+        storage: Arc<Storage>,
+        data_dir: &Path,
+        node_id: NodeId,
+        peers: PeerClient,
+        snapshot: Option<(SnapshotMeta, MemoryImage)>,
+    ) -> Result<StateMachine, StorageError> {
+        let dir = snapshot_dir(data_dir);
         std::fs::create_dir_all(&dir).map_err(|e| snapshot_err(ErrorVerb::Write, e))?;
         let mut applied = Applied::default();
         let mut missing: Option<(SnapshotMeta, Vec<FileMeta>)> = None;
-        if let Some(path) = latest_snapshot(&dir).map_err(|e| snapshot_err(ErrorVerb::Read, e))? {
-            let (meta, image) = tokio::task::spawn_blocking(move || read_snapshot(&path))
-                .await
-                .map_err(|e| snapshot_err(ErrorVerb::Read, e))?
-                .map_err(|e| snapshot_err(ErrorVerb::Read, e))?;
+        if let Some((meta, image)) = snapshot {
             let lacking: Vec<FileMeta> = image
                 .files
                 .iter()
@@ -215,6 +234,27 @@ impl StateMachine {
             EntryPayload::Normal(Command::Compact(request)) => {
                 CommandResult::Compaction(self.storage.apply_compact(index, request.clone()))
             }
+            EntryPayload::Normal(Command::Delete(delete)) => CommandResult::Deleted(
+                self.storage
+                    .apply_delete(index, &delete.table, delete.predicate.clone()),
+            ),
+            EntryPayload::Normal(Command::CqWindow(window)) => {
+                let tables = window
+                    .rows
+                    .decode()
+                    .map_err(|e| sm_err(ErrorVerb::Read, format!("entry {index}: {e}")))?;
+                let outcome = self
+                    .storage
+                    .apply_cq_window(
+                        index,
+                        &window.rows.database,
+                        &window.name,
+                        (window.window_start, window.window_end),
+                        &tables,
+                    )
+                    .map_err(|e| sm_err(ErrorVerb::Write, format!("entry {index}: {e}")))?;
+                CommandResult::CqWindow(outcome)
+            }
             EntryPayload::Normal(Command::Flush(flush)) => {
                 self.storage.apply_flush(index, &flush.tables);
                 CommandResult::Flushed
@@ -226,6 +266,10 @@ impl StateMachine {
                 let tables = write
                     .decode()
                     .map_err(|e| sm_err(ErrorVerb::Read, format!("entry {index}: {e}")))?;
+                if let Some(ns) = write.new_database_retention_ns {
+                    self.storage
+                        .adopt_default_retention(index, &write.database, ns);
+                }
                 match self.storage.apply_write(index, &write.database, &tables) {
                     Ok(rows) => CommandResult::Written { rows: rows as u64 },
                     Err(
@@ -271,6 +315,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             image: self.storage.memory_image(),
             applied,
             dir: self.dir.clone(),
+            storage: self.storage.clone(),
         }
     }
 
@@ -314,12 +359,17 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             ));
         }
         self.storage.reset_memory();
+        self.storage
+            .retain_for_snapshot(&image)
+            .map_err(|e| snapshot_err(ErrorVerb::Write, e))?;
         self.fetch_missing_files(meta, &image.files).await?;
         self.storage
             .restore_memory(image.clone())
             .map_err(|e| snapshot_err(ErrorVerb::Write, e))?;
         let dir = self.dir.clone();
         let meta_owned = meta.clone();
+        // Files removed above are deleted only after this node's next own snapshot: this
+        // one may still list files the node removed before it (it replaced them sooner).
         tokio::task::spawn_blocking(move || write_snapshot(&dir, &meta_owned, &image))
             .await
             .map_err(|e| snapshot_err(ErrorVerb::Write, e))?
@@ -353,6 +403,8 @@ pub struct SnapshotBuilder {
     image: MemoryImage,
     applied: Applied,
     dir: PathBuf,
+    /// Told when the snapshot is durable, so files it no longer lists may go.
+    storage: Arc<Storage>,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
@@ -371,6 +423,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             snapshot_id,
         };
         let image = std::mem::take(&mut self.image);
+        let generation = image.generation;
         let dir = self.dir.clone();
         let meta_owned = meta.clone();
         let started = std::time::Instant::now();
@@ -378,6 +431,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             .await
             .map_err(|e| snapshot_err(ErrorVerb::Write, e))?
             .map_err(|e| snapshot_err(ErrorVerb::Write, e))?;
+        self.storage.snapshot_durable(generation);
         tracing::info!(path = %path.display(), last = ?meta.last_log_id, ms = started.elapsed().as_millis() as u64, "snapshot built");
         metrics::counter!("quiver_snapshots_built_total").increment(1);
         let file = tokio::fs::File::open(&path)

@@ -12,7 +12,10 @@ use std::collections::HashMap;
 use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
-use quiver_storage::{fill_excerpts, parse_line_protocol_for, reject_conflicting_rows, Precision};
+use quiver_storage::{
+    fill_excerpts, parse_line_protocol_for, reject_conflicting_rows, reject_expired_rows,
+    Precision, TimestampNs,
+};
 
 use super::error::{ApiError, RejectedLine, REJECTED_LISTED_MAX};
 use super::write::{database_of, now_ns, write, Decoded, Format};
@@ -126,7 +129,15 @@ async fn handle(
         let parsed = parse_line_protocol_for(&payload, precision, now_ns(), &limits, &stored)
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
         let mut rejected = parsed.rejected;
-        let tables = reject_conflicting_rows(&storage, &db, parsed.tables, &mut rejected)
+        let tables = reject_expired_rows(
+            &storage,
+            &db,
+            parsed.tables,
+            TimestampNs::now(),
+            &mut rejected,
+        )
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+        let tables = reject_conflicting_rows(&storage, &db, tables, &mut rejected)
             .map_err(|e| ApiError::internal(e.to_string()))?;
         fill_excerpts(&payload, &mut rejected, REJECTED_LISTED_MAX);
         let rejected = rejected
@@ -142,6 +153,7 @@ async fn handle(
             rejected,
             lines_total: parsed.lines_total,
             accept_partial,
+            expired: None,
         })
     });
     write(

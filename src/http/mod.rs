@@ -3,6 +3,8 @@
 mod admission;
 mod body;
 mod cluster;
+mod continuous;
+mod delete;
 mod digest;
 mod error;
 mod internal;
@@ -12,6 +14,7 @@ mod ops;
 mod query;
 mod query_response;
 mod query_sql;
+mod retention;
 pub mod server;
 mod tokens;
 mod write;
@@ -111,7 +114,21 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/cluster/promote", post(cluster::cluster_promote))
         .route("/api/v1/cluster/remove", post(cluster::cluster_remove))
         .route("/api/v1/tokens", post(tokens::create).get(tokens::list))
-        .route("/api/v1/tokens/{id}", axum::routing::delete(tokens::revoke));
+        .route("/api/v1/tokens/{id}", axum::routing::delete(tokens::revoke))
+        .route("/api/v1/retention", get(retention::list))
+        .route(
+            "/api/v1/retention/{db}",
+            axum::routing::put(retention::set).delete(retention::clear),
+        )
+        .route("/api/v1/delete", post(delete::delete))
+        .route(
+            "/api/v1/continuous_queries",
+            post(continuous::create).get(continuous::list),
+        )
+        .route(
+            "/api/v1/continuous_queries/{db}/{name}",
+            axum::routing::delete(continuous::drop),
+        );
     let routes = if clustered {
         public.merge(internal_router())
     } else {

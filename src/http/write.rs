@@ -44,6 +44,20 @@ pub struct Decoded {
     pub lines_total: usize,
     /// Whether the valid rows are written when some lines were refused.
     pub accept_partial: bool,
+    /// Rows refused as older than their retention (MessagePack; line protocol lists
+    /// them as rejected lines).
+    pub expired: Option<Expired>,
+}
+
+/// Rows of a MessagePack write older than their measurement's retention: not written
+/// (the rest is), and the answer is 400 saying so.
+pub struct Expired {
+    /// Rows refused.
+    pub rows: usize,
+    /// Rows in the request.
+    pub rows_total: usize,
+    /// The first refused table and its cutoff, for the message.
+    pub first: String,
 }
 
 /// A format's decode step: the decompressed body in, validated batches out. Runs on a
@@ -96,9 +110,13 @@ pub async fn write(
     .await?;
     let decompressed_bytes_max = http.decompressed_bytes_max;
     let entry_bytes_max = app.config.raft.entry_bytes_max;
+    let retention_default_ns = app
+        .config
+        .retention_default_ns()
+        .map_err(|e| ApiError::internal(e.to_string()))?;
     let budget = app.write_budget.clone();
     let mut charge = std::mem::take(&mut admitted.charge);
-    let (command, rejected, lines_total, accept_partial, charge) =
+    let (command, rejected, lines_total, accept_partial, expired, charge) =
         tokio::task::spawn_blocking(move || {
             let payload = decompress(raw.clone(), &headers, decompressed_bytes_max)?;
             if payload.len() != raw.len() {
@@ -120,8 +138,9 @@ pub async fn write(
             let command = if decoded.tables.is_empty() || refuse_all {
                 None
             } else {
-                let command = WriteCommand::encode(&database, &decoded.tables)
+                let mut command = WriteCommand::encode(&database, &decoded.tables)
                     .map_err(|e| ApiError::internal(e.to_string()))?;
+                command.new_database_retention_ns = retention_default_ns;
                 if command.bytes() > entry_bytes_max {
                     return Err(ApiError::too_large(format!(
                         "this write encodes to {} bytes, more than one log entry may hold (raft.entry_bytes_max = {entry_bytes_max}); send fewer rows per request",
@@ -138,6 +157,7 @@ pub async fn write(
                 decoded.rejected,
                 decoded.lines_total,
                 decoded.accept_partial,
+                decoded.expired,
                 charge,
             ))
         })
@@ -150,6 +170,14 @@ pub async fn write(
     }
     drop(charge);
     drop(admitted);
+    if let Some(expired) = expired {
+        metrics::counter!("quiver_rows_refused_past_retention_total")
+            .increment(expired.rows as u64);
+        return Err(ApiError::bad_request(format!(
+            "partial write: {} of {} rows not written: {}; the other rows were written",
+            expired.rows, expired.rows_total, expired.first
+        )));
+    }
     if rejected.is_empty() {
         return Ok(StatusCode::NO_CONTENT);
     }

@@ -27,7 +27,7 @@ use parquet::arrow::async_reader::MetadataFetch;
 use parquet::errors::ParquetError;
 use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 
-use crate::compaction::split_superseded;
+use crate::compaction::{split_superseded, CompactionJob};
 use crate::durable::{remove_if_stale_temp, TEMP_SUFFIX};
 use crate::error::{Error, Result};
 use crate::meta::{FileMeta, FILE_META_KEY, FILE_META_VERSION};
@@ -36,6 +36,32 @@ use crate::paths::DATA_PREFIX;
 const FILES_TREE: &str = "files";
 /// Most quarantined copies of one path kept side by side (`x.parquet`, `x.parquet.1`...).
 const QUARANTINE_COPIES_MAX: u32 = 100;
+
+/// Which Parquet files are live when storage opens. The caller knows: the newest
+/// snapshot lists the files its state holds, and every file written since is rebuilt
+/// by replaying the log after it. The files alone cannot tell: a compaction, a
+/// retention drop or a delete removes some files of a flushed segment, and the rest
+/// then look like the remains of a flush a crash interrupted.
+#[derive(Debug, Clone)]
+pub enum FileSet {
+    /// The newest snapshot's manifest and the compactions it still queues: exactly
+    /// the listed files, except that a queued compaction whose output is already on
+    /// disk (it ran after the snapshot was taken) counts as done: its output replaces
+    /// its inputs. Any other file on disk is deleted; a listed file that is missing is
+    /// reported (`CatalogReport::lacking`) for the caller to fetch from a peer.
+    Manifest {
+        /// The manifest.
+        files: Vec<FileMeta>,
+        /// The compactions the snapshot queues.
+        jobs: Vec<CompactionJob>,
+    },
+    /// No snapshot, and the log holds every entry since the first: no file is needed,
+    /// replay writes them all again. Every file on disk is deleted.
+    Nothing,
+    /// Neither is known (tools, tests, or a node whose snapshots were lost after its
+    /// log was purged): the files' own footers decide, conservatively.
+    Footers,
+}
 
 /// What opening the catalog found; surfaced in logs and tests.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -52,6 +78,10 @@ pub struct CatalogReport {
     /// Files a compaction output replaced (left by a crash before their deletion),
     /// deleted.
     pub superseded_files_deleted: Vec<String>,
+    /// Files on disk the snapshot's manifest does not list, deleted.
+    pub unlisted_files_deleted: Vec<String>,
+    /// Files the manifest lists that are not on disk (or were quarantined).
+    pub lacking: Vec<String>,
     /// Files listed.
     pub files: usize,
 }
@@ -63,90 +93,39 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    /// Opens the catalog in `dir`, checks it against the files in `local`, and rebuilds
-    /// it when needed, moving unreadable files to `quarantine_dir`. Returns every
-    /// complete file's metadata.
+    /// Opens the catalog in `dir` and decides which files in `local` are live, as `set`
+    /// says (see [`FileSet`]), moving unreadable files to `quarantine_dir`. Returns the
+    /// live files' metadata.
     pub async fn open(
         dir: &Path,
         local: &Arc<LocalFileSystem>,
         quarantine_dir: &Path,
+        set: &FileSet,
     ) -> Result<(Catalog, Vec<FileMeta>, CatalogReport)> {
-        let store: Arc<dyn ObjectStore> = local.clone();
-        let store = &store;
         let mut report = CatalogReport::default();
         let listed = list_files(local, &mut report).await?;
-        let existing = match open_sled(dir) {
-            Ok(catalog) => match catalog.read_all() {
-                Ok(entries) => match agree(&entries, &listed) {
-                    None => Some((catalog, entries)),
-                    Some(reason) => {
-                        report.rebuilt_because = Some(reason);
-                        drop(catalog);
-                        None
-                    }
-                },
-                Err(e) => {
-                    report.rebuilt_because = Some(format!("entries unreadable: {e}"));
-                    drop(catalog);
-                    None
-                }
-            },
-            Err(e) => {
-                report.rebuilt_because = Some(format!("sled failed to open: {e}"));
-                None
+        let (catalog, files) = match set {
+            FileSet::Footers => {
+                open_from_footers(dir, local, quarantine_dir, listed, &mut report).await?
             }
-        };
-        let (catalog, entries) = match existing {
-            Some(found) => found,
-            None => {
-                let reason = report.rebuilt_because.clone().unwrap_or_default();
-                tracing::warn!(dir = %dir.display(), %reason, files = listed.len(), "rebuilding the catalog from the Parquet files");
-                let mut entries = Vec::with_capacity(listed.len());
-                for (path, size) in &listed {
-                    match read_footer(store, path, *size).await {
-                        Ok(meta) => entries.push(meta),
-                        Err(e) => {
-                            quarantine(local, quarantine_dir, path, &e.to_string())?;
-                            report.quarantined.push(path.clone());
-                        }
-                    }
-                }
-                reset_dir(dir)?;
-                let catalog = open_sled(dir)?;
-                catalog.insert(&entries)?;
-                (catalog, entries)
-            }
-        };
-        let (complete, incomplete) = split_incomplete(entries);
-        let damaged = !report.quarantined.is_empty();
-        for meta in &incomplete {
-            if damaged {
-                quarantine(
+            FileSet::Manifest { files, jobs } => {
+                open_from_manifest(
+                    dir,
                     local,
                     quarantine_dir,
-                    &meta.path,
-                    "its segment is incomplete and another file was unreadable",
-                )?;
-                report.quarantined.push(meta.path.clone());
-            } else {
-                tracing::warn!(path = %meta.path, "deleting a file of an incompletely written segment; the log replays it");
-                store.delete(&ObjectPath::from(meta.path.as_str())).await?;
-                report.incomplete_files_deleted.push(meta.path.clone());
+                    &listed,
+                    (files, jobs),
+                    &mut report,
+                )
+                .await?
             }
-            catalog.remove(&meta.path)?;
-        }
-        let (complete, superseded) = split_superseded(complete);
-        for meta in &superseded {
-            tracing::info!(path = %meta.path, "deleting a file a compaction replaced");
-            match store.delete(&ObjectPath::from(meta.path.as_str())).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(e.into()),
+            FileSet::Nothing => {
+                open_from_manifest(dir, local, quarantine_dir, &listed, (&[], &[]), &mut report)
+                    .await?
             }
-            catalog.remove(&meta.path)?;
-            report.superseded_files_deleted.push(meta.path.clone());
-        }
-        report.files = complete.len();
-        Ok((catalog, complete, report))
+        };
+        report.files = files.len();
+        Ok((catalog, files, report))
     }
 
     fn read_all(&self) -> Result<Vec<FileMeta>> {
@@ -181,6 +160,229 @@ impl Catalog {
             .map_err(|e| Error::Catalog(e.to_string()))?;
         Ok(())
     }
+
+    /// Makes the catalog, which holds `entries`, hold exactly `live`, in one batch.
+    fn sync_to(&self, entries: &[FileMeta], live: &[FileMeta]) -> Result<()> {
+        let have: BTreeMap<&str, &FileMeta> =
+            entries.iter().map(|m| (m.path.as_str(), m)).collect();
+        let want: BTreeMap<&str, &FileMeta> = live.iter().map(|m| (m.path.as_str(), m)).collect();
+        let mut batch = sled::Batch::default();
+        let mut changed = false;
+        for path in have.keys().filter(|p| !want.contains_key(*p)) {
+            batch.remove(path.as_bytes());
+            changed = true;
+        }
+        for (path, meta) in &want {
+            if have.get(path) != Some(meta) {
+                let value = serde_json::to_vec(meta).map_err(|e| Error::Catalog(e.to_string()))?;
+                batch.insert(path.as_bytes(), value);
+                changed = true;
+            }
+        }
+        if changed {
+            self.files
+                .apply_batch(batch)
+                .map_err(|e| Error::Catalog(e.to_string()))?;
+            self.db.flush().map_err(|e| Error::Catalog(e.to_string()))?;
+        }
+        Ok(())
+    }
+}
+
+/// [`FileSet::Footers`]: the sled catalog if it agrees with the files, else a rebuild
+/// from their footers; files of a segment that a crash left incomplete are deleted (the
+/// log replays them), and files a compaction output replaced are deleted.
+async fn open_from_footers(
+    dir: &Path,
+    local: &Arc<LocalFileSystem>,
+    quarantine_dir: &Path,
+    listed: BTreeMap<String, u64>,
+    report: &mut CatalogReport,
+) -> Result<(Catalog, Vec<FileMeta>)> {
+    let store: Arc<dyn ObjectStore> = local.clone();
+    let store = &store;
+    let existing = match open_sled(dir) {
+        Ok(catalog) => match catalog.read_all() {
+            Ok(entries) => match agree(&entries, &listed) {
+                None => Some((catalog, entries)),
+                Some(reason) => {
+                    report.rebuilt_because = Some(reason);
+                    drop(catalog);
+                    None
+                }
+            },
+            Err(e) => {
+                report.rebuilt_because = Some(format!("entries unreadable: {e}"));
+                drop(catalog);
+                None
+            }
+        },
+        Err(e) => {
+            report.rebuilt_because = Some(format!("sled failed to open: {e}"));
+            None
+        }
+    };
+    let (catalog, entries) = match existing {
+        Some(found) => found,
+        None => {
+            let reason = report.rebuilt_because.clone().unwrap_or_default();
+            tracing::warn!(dir = %dir.display(), %reason, files = listed.len(), "rebuilding the catalog from the Parquet files");
+            let mut entries = Vec::with_capacity(listed.len());
+            for (path, size) in &listed {
+                match read_footer(store, path, *size).await {
+                    Ok(meta) => entries.push(meta),
+                    Err(e) => {
+                        quarantine(local, quarantine_dir, path, &e.to_string())?;
+                        report.quarantined.push(path.clone());
+                    }
+                }
+            }
+            reset_dir(dir)?;
+            let catalog = open_sled(dir)?;
+            catalog.insert(&entries)?;
+            (catalog, entries)
+        }
+    };
+    let (complete, incomplete) = split_incomplete(entries);
+    let damaged = !report.quarantined.is_empty();
+    for meta in &incomplete {
+        if damaged {
+            quarantine(
+                local,
+                quarantine_dir,
+                &meta.path,
+                "its segment is incomplete and another file was unreadable",
+            )?;
+            report.quarantined.push(meta.path.clone());
+        } else {
+            tracing::warn!(path = %meta.path, "deleting a file of an incompletely written segment; the log replays it");
+            store.delete(&ObjectPath::from(meta.path.as_str())).await?;
+            report.incomplete_files_deleted.push(meta.path.clone());
+        }
+        catalog.remove(&meta.path)?;
+    }
+    let (complete, superseded) = split_superseded(complete);
+    for meta in &superseded {
+        tracing::info!(path = %meta.path, "deleting a file a compaction replaced");
+        match store.delete(&ObjectPath::from(meta.path.as_str())).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        catalog.remove(&meta.path)?;
+        report.superseded_files_deleted.push(meta.path.clone());
+    }
+    Ok((catalog, complete))
+}
+
+/// [`FileSet::Manifest`] (and [`FileSet::Nothing`], an empty manifest): exactly the
+/// listed files that are on disk with the size the manifest records; every other file is
+/// deleted (its rows are in the snapshot's memory image or in the log after it, and
+/// come back by replay), and a file of the wrong size is quarantined. sled is brought
+/// to the same set without reading a single footer.
+async fn open_from_manifest(
+    dir: &Path,
+    local: &Arc<LocalFileSystem>,
+    quarantine_dir: &Path,
+    listed: &BTreeMap<String, u64>,
+    (manifest, jobs): (&[FileMeta], &[CompactionJob]),
+    report: &mut CatalogReport,
+) -> Result<(Catalog, Vec<FileMeta>)> {
+    let store: Arc<dyn ObjectStore> = local.clone();
+    let mut live = Vec::with_capacity(manifest.len());
+    let mut wanted = BTreeSet::new();
+    // Outputs of queued compactions that ran after the snapshot: done, their inputs
+    // replaced (an output is written durably before its inputs are removed).
+    let mut consumed = BTreeSet::new();
+    for job in jobs {
+        if manifest.iter().any(|m| m.path == job.output) {
+            continue;
+        }
+        let Some(&size) = listed.get(&job.output) else {
+            continue;
+        };
+        match read_footer(&store, &job.output, size).await {
+            Ok(meta) => {
+                wanted.insert(job.output.as_str());
+                consumed.extend(job.request.inputs.iter().map(|i| i.path.as_str()));
+                live.push(meta);
+            }
+            Err(e) => tracing::warn!(path = %job.output, error = %e,
+                "a compaction output the snapshot queues is unreadable; it is merged again"),
+        }
+    }
+    for meta in manifest
+        .iter()
+        .filter(|m| !consumed.contains(m.path.as_str()))
+    {
+        wanted.insert(meta.path.as_str());
+        match listed.get(&meta.path) {
+            Some(&size) if size == meta.size_bytes => live.push(meta.clone()),
+            Some(&size) => {
+                let reason = format!(
+                    "{size} bytes on disk, the snapshot's manifest says {}",
+                    meta.size_bytes
+                );
+                quarantine(local, quarantine_dir, &meta.path, &reason)?;
+                report.quarantined.push(meta.path.clone());
+                report.lacking.push(meta.path.clone());
+            }
+            None => report.lacking.push(meta.path.clone()),
+        }
+    }
+    // A later queued compaction may consume an earlier one's output.
+    live.retain(|m| !consumed.contains(m.path.as_str()));
+    wanted.retain(|p| !consumed.contains(p));
+    for path in listed.keys().filter(|p| !wanted.contains(p.as_str())) {
+        let on_disk = local.path_to_filesystem(&ObjectPath::from(path.as_str()))?;
+        match std::fs::remove_file(&on_disk) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(Error::Io {
+                    path: on_disk,
+                    source,
+                })
+            }
+        }
+        report.unlisted_files_deleted.push(path.clone());
+    }
+    if !report.unlisted_files_deleted.is_empty() {
+        tracing::info!(
+            files = report.unlisted_files_deleted.len(),
+            "deleted Parquet files the newest snapshot does not list (written after it, \
+             or replaced before it); replaying the log writes what is still needed"
+        );
+    }
+    if !report.lacking.is_empty() {
+        tracing::warn!(
+            files = report.lacking.len(),
+            "the newest snapshot lists Parquet files this node does not have"
+        );
+    }
+    let catalog = match open_sled(dir).and_then(|c| c.read_all().map(|e| (c, e))) {
+        Ok((catalog, entries)) => {
+            // Entries of files written after the snapshot (deleted above) are expected;
+            // a live file missing or described otherwise means sled lost something.
+            if let Some(reason) = disagreement(&entries, &live) {
+                tracing::warn!(dir = %dir.display(), %reason, files = live.len(),
+                    "rebuilding the catalog from the snapshot's manifest");
+                report.rebuilt_because = Some(reason);
+            }
+            catalog.sync_to(&entries, &live)?;
+            catalog
+        }
+        Err(e) => {
+            let reason = format!("sled unusable: {e}");
+            tracing::warn!(dir = %dir.display(), %reason, files = live.len(),
+                "rebuilding the catalog from the snapshot's manifest");
+            report.rebuilt_because = Some(reason);
+            reset_dir(dir)?;
+            let catalog = open_sled(dir)?;
+            catalog.insert(&live)?;
+            catalog
+        }
+    };
+    Ok((catalog, live))
 }
 
 fn open_sled(dir: &Path) -> Result<Catalog> {
@@ -280,6 +482,18 @@ fn quarantine(
         "quarantined an unreadable Parquet file; its rows are still in the log or on other replicas"
     );
     Ok(())
+}
+
+/// Why the catalog's entries differ from the live files, if they do.
+fn disagreement(entries: &[FileMeta], live: &[FileMeta]) -> Option<String> {
+    let have: BTreeMap<&str, &FileMeta> = entries.iter().map(|m| (m.path.as_str(), m)).collect();
+    let want: BTreeMap<&str, &FileMeta> = live.iter().map(|m| (m.path.as_str(), m)).collect();
+    if let Some(p) = want.keys().find(|p| !have.contains_key(*p)) {
+        return Some(format!("{p} is not in the catalog"));
+    }
+    want.iter()
+        .find(|(p, m)| have.get(*p) != Some(*m))
+        .map(|(p, _)| format!("the catalog's entry for {p} differs"))
 }
 
 /// Why the catalog's entries and the files disagree, if they do.
@@ -390,7 +604,12 @@ impl MetadataFetch for StoreFetch {
     }
 }
 
-/// Splits files into those of complete segments and those whose siblings are missing.
+/// Splits files into those of complete segments and those of a flush a crash
+/// interrupted. A segment with fewer files than it was split into is interrupted only
+/// if it is its table's newest flushed segment (segments are recorded in log order, so
+/// a later one proves this one was recorded) and no compaction output covers its log
+/// range (a compaction, or a retention or delete rewrite, consumes files of recorded
+/// segments only, and that is the other way a segment loses files).
 fn split_incomplete(entries: Vec<FileMeta>) -> (Vec<FileMeta>, Vec<FileMeta>) {
     // A compaction output is a segment of its own (one file), told apart from a flushed
     // segment of the same log range by the index of the entry that made it.
@@ -405,12 +624,36 @@ fn split_incomplete(entries: Vec<FileMeta>) -> (Vec<FileMeta>, Vec<FileMeta>) {
         )
     };
     let mut counts: BTreeMap<SegmentKey, u32> = BTreeMap::new();
+    let mut newest_flush: BTreeMap<(&str, &str), u64> = BTreeMap::new();
     for m in &entries {
         *counts.entry(key(m)).or_default() += 1;
+        if m.compaction.is_none() {
+            let newest = newest_flush
+                .entry((m.database.as_str(), m.measurement.as_str()))
+                .or_default();
+            *newest = (*newest).max(m.log_last.0);
+        }
     }
+    let interrupted: BTreeSet<SegmentKey> = entries
+        .iter()
+        .filter(|m| {
+            m.compaction.is_none()
+                && counts.get(&key(m)).is_some_and(|&n| n < m.segment_files)
+                && newest_flush.get(&(m.database.as_str(), m.measurement.as_str()))
+                    == Some(&m.log_last.0)
+                && !entries.iter().any(|o| {
+                    o.compaction.is_some()
+                        && o.database == m.database
+                        && o.measurement == m.measurement
+                        && o.log_first <= m.log_first
+                        && m.log_last <= o.log_last
+                })
+        })
+        .map(key)
+        .collect();
     entries
         .into_iter()
-        .partition(|m| counts.get(&key(m)).is_some_and(|&n| n == m.segment_files))
+        .partition(|m| !interrupted.contains(&key(m)))
 }
 
 /// The directory of the catalog inside the storage directory.

@@ -28,6 +28,15 @@ impl TimestampNs {
     /// Nanoseconds in one hour: the width of a Parquet time partition.
     pub const HOUR_NS: i64 = 3_600_000_000_000;
 
+    /// The wall clock now (0 if the clock is before 1970, the maximum past 2262).
+    pub fn now() -> TimestampNs {
+        let ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        TimestampNs(ns)
+    }
+
     /// The start of the hour this timestamp falls in (floor, also for negative times).
     /// The earliest times (the first 47 minutes of 1677-09-21) belong to an hour that
     /// starts before `i64::MIN`; their floor saturates to `i64::MIN` rather than

@@ -383,6 +383,7 @@ pub fn read_image(r: &mut impl Read) -> Result<MemoryImage> {
         files,
         policies,
         compactions,
+        generation: 0,
     })
 }
 

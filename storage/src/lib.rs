@@ -17,6 +17,7 @@ pub mod fuzzing;
 mod ids;
 mod image;
 mod ipc;
+pub mod lifecycle;
 mod limits;
 mod line_protocol;
 mod meta;
@@ -30,7 +31,7 @@ mod store;
 mod table;
 mod table_state;
 
-pub use catalog::CatalogReport;
+pub use catalog::{CatalogReport, FileSet};
 pub use durable::{
     create_dir_all_durably, install_file_durably, remove_stale_temp_files, replace_file_atomically,
     replace_file_durably,
@@ -45,7 +46,7 @@ pub use ipc::{decode_batch, encode_batch};
 pub use limits::WriteLimits;
 pub use line_protocol::{
     fill_excerpts, parse_line_protocol, parse_line_protocol_for, reject_conflicting_rows,
-    LineError, LpOutput, LpTable, Precision,
+    reject_expired_rows, LineError, LpOutput, LpTable, Precision,
 };
 pub use meta::{ColumnMeta, CompactionMark, FileMeta, FILE_META_KEY};
 pub use msgpack::decode_msgpack;
@@ -58,8 +59,8 @@ pub use schema::{
     FieldType, MeasurementSchema, TIME_COLUMN, TIME_TYPE,
 };
 pub use store::{
-    MemoryImage, OpenReport, Storage, StorageConfig, StorageStats, TableImage, TableKey,
-    TableSummary,
+    rows_at_or_after, split_past_retention, DeleteOutcome, MemoryImage, OpenReport, Storage,
+    StorageConfig, StorageStats, TableImage, TableKey, TableSummary, View, ViewSource,
 };
 pub use table::{ParquetFileRef, TableSnapshot, TableSource};
 pub use table_state::{Buffered, Frozen};

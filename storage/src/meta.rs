@@ -81,6 +81,15 @@ pub struct FileMeta {
     pub compaction: Option<CompactionMark>,
 }
 
+impl FileMeta {
+    /// Every tombstone at or below this index is already applied to the file's rows
+    /// (or older than all of them): its last log index for a flushed file, the index of
+    /// the compaction that wrote it for an output (see [`crate::lifecycle`]).
+    pub fn deletes_through(&self) -> LogIndex {
+        self.compaction.map_or(self.log_last, |c| c.index)
+    }
+}
+
 /// What a compaction output covers, recorded in its footer so that the files it
 /// replaced are recognised as dead after a crash, transitively, without any other record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::LogIndex;
+use crate::ids::{LogIndex, TimestampNs};
+use crate::lifecycle::{ContinuousQuery, RetentionRule, Tombstone};
 
 /// What a token may do. `Admin` implies the others on every database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -51,6 +52,20 @@ pub struct Policies {
     /// API tokens by id.
     #[serde(default)]
     pub tokens: BTreeMap<String, TokenRecord>,
+    /// Retention by database.
+    #[serde(default)]
+    pub retention: BTreeMap<String, RetentionRule>,
+    /// Committed deletes, in log order.
+    #[serde(default)]
+    pub tombstones: Vec<Tombstone>,
+    /// Continuous queries by `database/name`.
+    #[serde(default)]
+    pub continuous_queries: BTreeMap<String, ContinuousQuery>,
+    /// Per `database/measurement`, the end of the latest window any continuous query
+    /// wrote into it: a window before it is written again only in place of what is
+    /// there (a query dropped and created anew over the same windows).
+    #[serde(default)]
+    pub cq_written_through: BTreeMap<String, TimestampNs>,
 }
 
 /// A change to [`Policies`], as carried by a log entry.
@@ -62,6 +77,32 @@ pub enum PolicyChange {
     RevokeToken {
         /// The token's id.
         id: String,
+    },
+    /// Sets how long rows of a database (or of one of its measurements) live.
+    SetRetention {
+        /// The database.
+        database: String,
+        /// One measurement's override; none: the database's default.
+        measurement: Option<String>,
+        /// How long rows live, in nanoseconds.
+        duration_ns: i64,
+    },
+    /// Creates a continuous query (its `created_index` is set when applied).
+    CreateContinuousQuery(ContinuousQuery),
+    /// Drops a continuous query; what it wrote stays.
+    DropContinuousQuery {
+        /// The database.
+        database: String,
+        /// The query's name.
+        name: String,
+    },
+    /// Keeps rows of a database (or one measurement's override) forever again.
+    ClearRetention {
+        /// The database.
+        database: String,
+        /// Clears only this measurement's override; none: the whole rule, overrides
+        /// included.
+        measurement: Option<String>,
     },
 }
 
@@ -92,7 +133,102 @@ impl Policies {
                 Some(_) => PolicyOutcome::Applied,
                 None => PolicyOutcome::NotFound,
             },
+            PolicyChange::SetRetention {
+                database,
+                measurement,
+                duration_ns,
+            } => {
+                if duration_ns <= 0 {
+                    return PolicyOutcome::Conflict("a retention must be positive".into());
+                }
+                let rule = self.retention.entry(database).or_default();
+                match measurement {
+                    Some(m) => {
+                        rule.measurements.insert(m, duration_ns);
+                    }
+                    None => rule.duration_ns = Some(duration_ns),
+                }
+                PolicyOutcome::Applied
+            }
+            PolicyChange::CreateContinuousQuery(mut cq) => {
+                let key = cq.key();
+                if self.continuous_queries.contains_key(&key) {
+                    return PolicyOutcome::Conflict(format!(
+                        "continuous query {} exists in {}",
+                        cq.name, cq.database
+                    ));
+                }
+                if cq.every_ns <= 0 || cq.lag_ns < 0 {
+                    return PolicyOutcome::Conflict(
+                        "every must be positive, lag not negative".into(),
+                    );
+                }
+                cq.created_index = index;
+                self.continuous_queries.insert(key, cq);
+                PolicyOutcome::Applied
+            }
+            PolicyChange::DropContinuousQuery { database, name } => {
+                match self
+                    .continuous_queries
+                    .remove(&crate::lifecycle::cq_key(&database, &name))
+                {
+                    Some(_) => PolicyOutcome::Applied,
+                    None => PolicyOutcome::NotFound,
+                }
+            }
+            PolicyChange::ClearRetention {
+                database,
+                measurement,
+            } => {
+                let Some(rule) = self.retention.get_mut(&database) else {
+                    return PolicyOutcome::NotFound;
+                };
+                let found = match measurement {
+                    Some(m) => rule.measurements.remove(&m).is_some(),
+                    None => {
+                        self.retention.remove(&database);
+                        return PolicyOutcome::Applied;
+                    }
+                };
+                if rule.is_empty() {
+                    self.retention.remove(&database);
+                }
+                if found {
+                    PolicyOutcome::Applied
+                } else {
+                    PolicyOutcome::NotFound
+                }
+            }
         }
+    }
+
+    /// How long rows of `database.measurement` live, if not forever.
+    pub fn retention_ns(&self, database: &str, measurement: &str) -> Option<i64> {
+        self.retention
+            .get(database)
+            .and_then(|r| r.for_measurement(measurement))
+    }
+
+    /// The oldest visible time of `database.measurement` at `now`, if rows expire.
+    pub fn visible_from(
+        &self,
+        database: &str,
+        measurement: &str,
+        now: TimestampNs,
+    ) -> Option<TimestampNs> {
+        self.retention_ns(database, measurement)
+            .map(|d| crate::lifecycle::retention_cutoff(now, d))
+    }
+
+    /// The tombstones of one table, oldest first.
+    pub fn tombstones_of<'a>(
+        &'a self,
+        database: &'a str,
+        measurement: &'a str,
+    ) -> impl Iterator<Item = &'a Tombstone> + 'a {
+        self.tombstones
+            .iter()
+            .filter(move |t| t.table.database == database && t.table.measurement == measurement)
     }
 
     /// The token whose secret hashes to `sha256`, if any.

@@ -11,6 +11,7 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 
 use crate::ids::TimestampNs;
+use crate::lifecycle::DeletePredicate;
 
 /// One Parquet file as the query engine needs to know it: where it is and what it may hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +26,9 @@ pub struct ParquetFileRef {
     pub time_min: TimestampNs,
     /// Largest `time` in the file (inclusive).
     pub time_max: TimestampNs,
+    /// Indexes into [`TableSnapshot::tombstones`] of the deletes that hide rows of this
+    /// file (a query filters them out).
+    pub tombstones: Vec<usize>,
 }
 
 /// Everything a query needs to read one measurement, captured under the storage lock.
@@ -44,6 +48,42 @@ pub struct TableSnapshot {
     pub memory: Vec<RecordBatch>,
     /// Parquet files, in the order they were written.
     pub files: Vec<ParquetFileRef>,
+    /// Rows older than this are invisible (past the retention, or before the window a
+    /// query is limited to): files wholly older are not listed, memory rows are
+    /// filtered already, listed files that reach below it need a filter on `time`.
+    pub visible_from: Option<TimestampNs>,
+    /// Rows at or after this are invisible (after a query's window), likewise.
+    pub visible_before: Option<TimestampNs>,
+    /// Deletes that still hide rows of some listed file (memory rows are filtered).
+    pub tombstones: Vec<DeletePredicate>,
+    /// When set, only rows this predicate matches are visible in the files (used to
+    /// count the rows a delete hid; memory rows are filtered already).
+    pub only_matching: Option<DeletePredicate>,
+}
+
+impl TableSnapshot {
+    /// A snapshot with nothing hidden (tests and tools build them by hand).
+    pub fn unfiltered(
+        database: &str,
+        measurement: &str,
+        schema: SchemaRef,
+        tag_columns: Vec<String>,
+        memory: Vec<RecordBatch>,
+        files: Vec<ParquetFileRef>,
+    ) -> Self {
+        TableSnapshot {
+            database: database.to_string(),
+            measurement: measurement.to_string(),
+            schema,
+            tag_columns,
+            memory,
+            files,
+            visible_from: None,
+            visible_before: None,
+            tombstones: Vec::new(),
+            only_matching: None,
+        }
+    }
 }
 
 /// The part of storage the query engine depends on. Implemented by `Storage`; the

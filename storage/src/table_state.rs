@@ -12,7 +12,7 @@ use crate::compaction::{CompactionJob, CompactionRequest};
 use crate::error::Result;
 use crate::ids::LogIndex;
 use crate::meta::FileMeta;
-use crate::schema::{conform, MeasurementSchema};
+use crate::schema::MeasurementSchema;
 
 /// Rows that arrived in one log entry.
 #[derive(Debug, Clone)]
@@ -103,6 +103,14 @@ impl TableState {
         true
     }
 
+    /// Applies a delete at `index`: freezes the live buffer into a segment ending at
+    /// `index - 1`, so no segment holds rows from both sides of the delete. The rows of
+    /// entries after it start a new segment at `index`.
+    pub fn freeze_before(&mut self, index: LogIndex) -> bool {
+        debug_assert!(index.0 > 0, "a delete is never the first entry");
+        self.freeze(LogIndex(index.0.saturating_sub(1)))
+    }
+
     /// Records a file found on disk or received from a peer: its columns join the
     /// schema and its log range counts as flushed. Keeps files ordered.
     pub fn add_file(&mut self, meta: FileMeta) -> Result<()> {
@@ -124,6 +132,23 @@ impl TableState {
         Ok(())
     }
 
+    /// Sets `flushed_through` from the files again, after files were removed (a
+    /// snapshot install): what the files no longer hold must be applied again.
+    pub fn recompute_flushed_through(&mut self) {
+        self.flushed_through = self
+            .files
+            .iter()
+            .map(|f| f.log_last)
+            .max()
+            .unwrap_or_default();
+        self.frozen_through = self
+            .frozen
+            .back()
+            .map(|f| f.log_last)
+            .unwrap_or_default()
+            .max(self.flushed_through);
+    }
+
     /// Records that the oldest frozen segment is now the given files. Returns the bytes
     /// of memory released.
     pub fn segment_written(&mut self, log_last: LogIndex, files: Vec<FileMeta>) -> usize {
@@ -142,8 +167,11 @@ impl TableState {
     /// same files on every replica at the same index, however far each has got in
     /// writing them), so every replica accepts or rejects alike.
     pub fn compaction_refusal(&self, request: &CompactionRequest) -> Option<String> {
-        if request.inputs.is_empty() || request.bucket_ns <= 0 {
+        if request.inputs.is_empty() || request.bucket_ns < 0 {
             return Some("a compaction needs inputs and a bucket".into());
+        }
+        if request.is_drop() && request.drop_before.is_none() {
+            return Some("a drop needs a retention cutoff".into());
         }
         for (i, input) in request.inputs.iter().enumerate() {
             if request.inputs[..i].iter().any(|o| o.path == input.path) {
@@ -170,14 +198,6 @@ impl TableState {
             }
         }
         None
-    }
-
-    /// Rows in memory (live and frozen), conformed to the current schema.
-    pub fn memory_batches(&self) -> Result<Vec<RecordBatch>> {
-        let schema = self.schema.arrow();
-        let frozen = self.frozen.iter().flat_map(|f| f.batches.iter());
-        let active = self.active.iter().map(|b| &b.batch);
-        frozen.chain(active).map(|b| conform(b, schema)).collect()
     }
 }
 
@@ -222,14 +242,8 @@ mod tests {
         assert_eq!(t.frozen.back().unwrap().log_first, LogIndex(7));
         assert!(t.segment_written(LogIndex(6), vec![]) > 0);
         assert_eq!(t.flushed_through, LogIndex(6));
-        assert_eq!(
-            t.memory_batches()
-                .unwrap()
-                .iter()
-                .map(|b| b.num_rows())
-                .sum::<usize>(),
-            1
-        );
+        assert_eq!(t.active_rows, 0);
+        assert_eq!(t.frozen.iter().map(|f| f.rows).sum::<usize>(), 1);
     }
 
     #[test]

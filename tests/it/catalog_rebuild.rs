@@ -6,10 +6,13 @@ use std::time::Duration;
 use crate::common::{batch_payload, Node, NodeSpec};
 
 async fn flushed_node(dir: &std::path::Path) -> Node {
-    // Compaction off: these tests compare file counts across a restart.
+    // Compaction off: these tests compare file counts across a restart. Snapshots
+    // soon after each flush: a node restarts from its newest snapshot's manifest, so the
+    // files it must find in the catalog are the ones a snapshot lists.
     let node = Node::start(
         NodeSpec::new(dir)
             .with("QUIVER_STORAGE_FLUSH_AGE_MS", 100)
+            .with("QUIVER_RAFT_SNAPSHOT_INTERVAL_MS_MIN", 100)
             .with("QUIVER_COMPACTION_ENABLED", false),
     )
     .await;
@@ -34,7 +37,34 @@ async fn flushed_node(dir: &std::path::Path) -> Node {
             && node.metric("quiver_frozen_segments").await == 0.0
     })
     .await;
+    snapshot_taken(&node).await;
     node
+}
+
+/// Waits for a snapshot of everything applied so far (taken after the last file).
+async fn snapshot_taken(node: &Node) {
+    let applied = node.status().await["applied_index"].as_u64().unwrap();
+    let dir = node.spec.data_dir.join("snapshots");
+    node.wait_for(
+        "a snapshot of the files",
+        Duration::from_secs(60),
+        || async {
+            std::fs::read_dir(&dir)
+                .map(|entries| {
+                    entries.flatten().any(|e| {
+                        let name = e.file_name().to_string_lossy().to_string();
+                        name.ends_with(".snap")
+                            && name
+                                .split('-')
+                                .next()
+                                .and_then(|i| i.parse::<u64>().ok())
+                                .is_some_and(|i| i >= applied)
+                    })
+                })
+                .unwrap_or(false)
+        },
+    )
+    .await;
 }
 
 async fn count(node: &Node) -> u64 {
@@ -110,6 +140,7 @@ async fn stale_catalog_that_disagrees_with_the_files_is_rebuilt() {
             && node.metric("quiver_frozen_segments").await == 0.0
     })
     .await;
+    snapshot_taken(&node).await;
     node.kill();
     std::fs::remove_dir_all(&catalog).unwrap();
     copy_dir(&stale, &catalog);

@@ -12,6 +12,8 @@ mod crash;
 mod disk_full;
 mod hardening;
 mod ingest;
+mod lifecycle;
+mod lifecycle_cluster;
 mod line_protocol;
 mod many_files;
 mod query_functions;

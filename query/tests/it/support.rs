@@ -152,6 +152,7 @@ pub fn write_parquet(root: &Path, path: &str, rows: &[Row], with_temp: bool) -> 
         rows: rows.len() as u64,
         time_min: TimestampNs(time_min),
         time_max: TimestampNs(time_max),
+        tombstones: Vec::new(),
     }
 }
 
@@ -204,14 +205,14 @@ pub fn snapshot(
     memory: Vec<RecordBatch>,
     files: Vec<ParquetFileRef>,
 ) -> TableSnapshot {
-    TableSnapshot {
-        database: database.to_string(),
-        measurement: measurement.to_string(),
-        schema: schema(true),
-        tag_columns: vec!["host".to_string(), "region".to_string()],
+    TableSnapshot::unfiltered(
+        database,
+        measurement,
+        schema(true),
+        vec!["host".to_string(), "region".to_string()],
         memory,
         files,
-    }
+    )
 }
 
 /// The data every test runs against.

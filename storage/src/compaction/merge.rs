@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use arrow::array::ArrayRef;
+use arrow::array::{ArrayRef, BooleanArray};
 use arrow::compute::{cast, concat_batches};
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
@@ -22,20 +22,28 @@ use crate::schema::{canonical_schema, ColumnKind};
 /// Rows per batch while reading inputs.
 const READ_BATCH_ROWS: usize = 64 * 1024;
 
+/// Rows a filter keeps of a batch read from an input (`None`: all of them).
+pub type RowFilter<'a> =
+    dyn Fn(&FileMeta, &RecordBatch) -> Result<Option<BooleanArray>> + Sync + 'a;
+
 /// Merges the inputs (each `(file on disk, its metadata)`, in log order) into the
-/// output `job` names.
+/// output `job` names, keeping the rows `keep` keeps; `None` when no row is left.
 pub fn merge_files(
     job: &CompactionJob,
     inputs: &[(std::path::PathBuf, FileMeta)],
     settings: &ParquetSettings,
-) -> Result<EncodedFile> {
+    keep: &RowFilter<'_>,
+) -> Result<Option<EncodedFile>> {
     debug_assert_eq!(inputs.len(), job.request.inputs.len());
     let schema = union_schema(inputs.iter().map(|(_, m)| m))?;
     let mut batches = Vec::new();
     for (path, meta) in inputs {
-        read_conformed(path, meta, &schema, &mut batches)?;
+        read_conformed(path, meta, &schema, keep, &mut batches)?;
     }
     let all = concat_batches(&schema, &batches)?;
+    if all.num_rows() == 0 {
+        return Ok(None);
+    }
     drop(batches);
     let sorted = sort_by_tags_time(&all)?;
     drop(all);
@@ -47,16 +55,6 @@ pub fn merge_files(
             ColumnKind::from_arrow(f.name(), f.data_type()).map(|k| ColumnMeta::new(f.name(), k))
         })
         .collect();
-    let expected_rows: u64 = inputs.iter().map(|(_, m)| m.rows).sum();
-    if sorted.num_rows() as u64 != expected_rows {
-        return Err(Error::Corrupt {
-            path: job.output.clone(),
-            reason: format!(
-                "inputs hold {} rows, their footers say {expected_rows}",
-                sorted.num_rows()
-            ),
-        });
-    }
     let meta = FileMeta {
         version: FILE_META_VERSION,
         path: job.output.clone(),
@@ -73,13 +71,13 @@ pub fn merge_files(
         compaction: Some(job.mark()),
     };
     let bytes = write_parquet(&sorted, &meta, settings)?;
-    Ok(EncodedFile {
+    Ok(Some(EncodedFile {
         meta: FileMeta {
             size_bytes: bytes.len() as u64,
             ..meta
         },
         bytes,
-    })
+    }))
 }
 
 /// The canonical schema holding every column of every input.
@@ -122,6 +120,7 @@ fn read_conformed(
     path: &Path,
     meta: &FileMeta,
     schema: &SchemaRef,
+    keep: &RowFilter<'_>,
     out: &mut Vec<RecordBatch>,
 ) -> Result<()> {
     let file = std::fs::File::open(path).map_err(|source| Error::Io {
@@ -147,7 +146,11 @@ fn read_conformed(
                 )),
             })
             .collect::<Result<_>>()?;
-        out.push(RecordBatch::try_new(schema.clone(), columns)?);
+        let conformed = RecordBatch::try_new(schema.clone(), columns)?;
+        match keep(meta, &conformed)? {
+            Some(mask) => out.push(arrow::compute::filter_record_batch(&conformed, &mask)?),
+            None => out.push(conformed),
+        }
     }
     if rows != meta.rows {
         return Err(Error::Corrupt {

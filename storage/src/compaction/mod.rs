@@ -17,9 +17,11 @@
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{LogIndex, TimestampNs};
+use crate::lifecycle::Tombstone;
 use crate::meta::{CompactionMark, FileMeta};
 use crate::store::TableKey;
 
+pub(crate) mod lifecycle_plan;
 pub(crate) mod merge;
 pub(crate) mod plan;
 
@@ -92,8 +94,20 @@ pub struct CompactionRequest {
     pub inputs: Vec<CompactionInput>,
     /// Start of the time bucket (hour or day) every input lies in.
     pub bucket_start: TimestampNs,
-    /// Width of the bucket in nanoseconds.
+    /// Width of the bucket in nanoseconds; 0 for a drop of whole files past the
+    /// retention (no output, no bucket).
     pub bucket_ns: i64,
+    /// Rows older than this are dropped (the retention, floored to the hour, as the
+    /// leader saw it); none: no row is too old.
+    #[serde(default)]
+    pub drop_before: Option<TimestampNs>,
+}
+
+impl CompactionRequest {
+    /// Whether this drops whole files past the retention instead of merging.
+    pub fn is_drop(&self) -> bool {
+        self.bucket_ns == 0
+    }
 }
 
 /// A committed compaction waiting to be carried out on this replica.
@@ -109,9 +123,62 @@ pub struct CompactionJob {
     pub log_first: LogIndex,
     /// Last log index the output covers.
     pub log_last: LogIndex,
+    /// The table's deletes older than the entry, applied to the inputs they cover.
+    #[serde(default)]
+    pub tombstones: Vec<Tombstone>,
 }
 
 impl CompactionJob {
+    /// Whether `row_filter` would keep every row of `input` (nothing to rewrite):
+    /// no tombstone applies to it and none of its rows is past `drop_before`.
+    pub fn keeps_all_of(&self, input: &FileMeta) -> bool {
+        self.request
+            .drop_before
+            .is_none_or(|before| input.time_min >= before)
+            && !self
+                .tombstones
+                .iter()
+                .any(|t| t.applies_to(input.deletes_through(), input.time_min, input.time_max))
+    }
+
+    /// The rows of `batch` (read from `input`) that survive this job's deletes and
+    /// retention, as a mask, or `None` when all of them do.
+    pub fn row_filter(
+        &self,
+        input: &FileMeta,
+        batch: &arrow::record_batch::RecordBatch,
+    ) -> crate::error::Result<Option<arrow::array::BooleanArray>> {
+        if self.keeps_all_of(input) {
+            return Ok(None);
+        }
+        let rows = batch.num_rows();
+        let mut keep = vec![true; rows];
+        if let Some(before) = self.request.drop_before {
+            if let Some(time) = batch
+                .column_by_name(crate::schema::TIME_COLUMN)
+                .and_then(|c| {
+                    arrow::array::AsArray::as_primitive_opt::<
+                        arrow::datatypes::TimestampNanosecondType,
+                    >(c)
+                })
+            {
+                for (k, t) in keep.iter_mut().zip(time.values().iter()) {
+                    *k = *t >= before.0;
+                }
+            }
+        }
+        for t in self
+            .tombstones
+            .iter()
+            .filter(|t| t.applies_to(input.deletes_through(), input.time_min, input.time_max))
+        {
+            let matched = t.predicate.matches(batch)?;
+            for (i, k) in keep.iter_mut().enumerate() {
+                *k &= !matched.value(i);
+            }
+        }
+        Ok(Some(keep.into_iter().map(Some).collect()))
+    }
     /// The mark the output carries.
     pub fn mark(&self) -> CompactionMark {
         CompactionMark {

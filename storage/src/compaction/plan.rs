@@ -47,6 +47,7 @@ fn request(table: &TableKey, files: &[&FileMeta], start: i64, width: i64) -> Com
         inputs: files.iter().map(|f| CompactionInput::of(f)).collect(),
         bucket_start: TimestampNs(start),
         bucket_ns: width,
+        drop_before: None,
     }
 }
 

@@ -62,6 +62,7 @@ fn image_of(files: Vec<FileMeta>) -> MemoryImage {
         files,
         policies: Default::default(),
         compactions: Vec::new(),
+        generation: 0,
     }
 }
 

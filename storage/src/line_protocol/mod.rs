@@ -37,6 +37,7 @@
 //! only a token that contains escapes is copied.
 
 mod conflicts;
+mod expired;
 mod scan;
 mod tables;
 #[cfg(test)]
@@ -51,6 +52,7 @@ use crate::limits::{HourSet, WriteLimits};
 use crate::rows::FieldValue;
 use crate::schema::MeasurementSchema;
 pub use conflicts::reject_conflicting_rows;
+pub use expired::reject_expired_rows;
 use scan::{Line, ScanFailure};
 use tables::Tables;
 pub use timestamp::Precision;

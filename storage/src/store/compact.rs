@@ -3,11 +3,12 @@
 //! reading them. What is merged, and why it is safe, is in [`crate::compaction`].
 
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use object_store::path::Path as ObjectPath;
 
 use super::{Storage, TableKey};
+use crate::compaction::lifecycle_plan::plan_lifecycle;
 use crate::compaction::merge::merge_files;
 use crate::compaction::plan::plan_table;
 use crate::compaction::{
@@ -16,19 +17,13 @@ use crate::compaction::{
 use crate::durable::replace_file_durably;
 use crate::error::{Error, Result};
 use crate::ids::{LogIndex, TimestampNs};
+use crate::lifecycle::Tombstone;
 use crate::meta::FileMeta;
 use crate::paths::compaction_path;
 
 /// Nice value of the thread a compaction runs on: below ingest and replication, like
 /// queries.
 const COMPACTION_THREAD_NICE: i32 = 10;
-
-/// A file replaced by a compaction, deleted once `due`.
-#[derive(Debug, Clone)]
-pub(crate) struct Condemned {
-    path: String,
-    due: Instant,
-}
 
 impl Storage {
     /// Applies a committed `Compact` entry at `index`: queues the job (the compactor is
@@ -59,25 +54,32 @@ impl Storage {
             tracing::warn!(table = %request.table, index = index.0, %reason, "compaction refused");
             return CompactionOutcome::Rejected(reason);
         }
+        let tombstones = self.with_policies(|p| {
+            p.tombstones_of(&request.table.database, &request.table.measurement)
+                .filter(|t| t.index < index)
+                .cloned()
+                .collect()
+        });
         state.pending.push(CompactionJob {
             request,
             index,
             output,
             log_first,
             log_last,
+            tombstones,
         });
         drop(state);
         self.compaction_wakeup.notify_one();
         CompactionOutcome::Scheduled
     }
 
-    /// What the leader should propose now: at most one merge per table that has none
-    /// queued, oldest buckets first.
+    /// What the leader should propose now, at most one job per table that has none
+    /// queued: files past the retention dropped first, then files the retention reaches
+    /// into or a delete hides rows of rewritten, then (when `compaction.enabled`) merges,
+    /// oldest buckets first. Every job drops rows past the retention on the way.
     pub fn compaction_candidates(&self, now: TimestampNs) -> Vec<CompactionRequest> {
         let settings = &self.config.compaction;
-        if !settings.enabled {
-            return Vec::new();
-        }
+        let policies = self.policies.read();
         self.tables
             .read()
             .values()
@@ -86,7 +88,23 @@ impl Storage {
                 if !state.pending.is_empty() {
                     return None;
                 }
-                plan_table(&table.key, &state.files, now, settings)
+                let key = &table.key;
+                let drop_before = policies
+                    .visible_from(&key.database, &key.measurement, now)
+                    .map(TimestampNs::hour_floor);
+                let tombstones: Vec<&Tombstone> = policies
+                    .tombstones_of(&key.database, &key.measurement)
+                    .collect();
+                if let Some(job) = plan_lifecycle(key, &state.files, drop_before, &tombstones) {
+                    return Some(job);
+                }
+                if !settings.enabled {
+                    return None;
+                }
+                plan_table(key, &state.files, now, settings).map(|mut merge| {
+                    merge.drop_before = drop_before;
+                    merge
+                })
             })
             .collect()
     }
@@ -113,16 +131,24 @@ impl Storage {
             return Ok(false);
         };
         let started = Instant::now();
+        if job.request.is_drop() {
+            return self.drop_files(&table_key, &job, &inputs, started);
+        }
         let local = self.local.clone();
         let settings = self.config.parquet.clone();
         let job_owned = job.clone();
-        let encoded = run_low_priority(move || {
+        let output = run_low_priority(move || {
             let mut on_disk = Vec::with_capacity(inputs.len());
             for meta in inputs {
                 let path = local.path_to_filesystem(&ObjectPath::from(meta.path.as_str()))?;
                 on_disk.push((path, meta));
             }
-            let encoded = merge_files(&job_owned, &on_disk, &settings)?;
+            let keep = |meta: &FileMeta, batch: &arrow::record_batch::RecordBatch| {
+                job_owned.row_filter(meta, batch)
+            };
+            let Some(encoded) = merge_files(&job_owned, &on_disk, &settings, &keep)? else {
+                return Ok(None);
+            };
             let target = local.path_to_filesystem(&ObjectPath::from(encoded.meta.path.as_str()))?;
             replace_file_durably(&target, |w| {
                 w.write_all(&encoded.bytes).map_err(|source| Error::Io {
@@ -130,19 +156,63 @@ impl Storage {
                     source,
                 })
             })?;
-            Ok(encoded.meta)
+            Ok(Some(encoded.meta))
         })
         .await?;
-        let output = encoded;
-        self.catalog.insert(std::slice::from_ref(&output))?;
-        let replaced = self.install_output(&table_key, &output, Some(job.index))?;
+        if let Some(output) = &output {
+            self.catalog.insert(std::slice::from_ref(output))?;
+        }
+        let replaced = self.install_output(&table_key, Some(&job), output.as_ref())?;
         let bytes_in: u64 = replaced.iter().map(|f| f.size_bytes).sum();
+        let (rows_out, bytes_out) = output.as_ref().map_or((0, 0), |o| (o.rows, o.size_bytes));
         metrics::counter!("quiver_compactions_total").increment(1);
         metrics::counter!("quiver_compaction_bytes_read_total").increment(bytes_in);
-        metrics::counter!("quiver_compaction_bytes_written_total").increment(output.size_bytes);
+        metrics::counter!("quiver_compaction_bytes_written_total").increment(bytes_out);
         tracing::info!(table = %table_key, index = job.index.0, inputs = replaced.len(),
-            rows = output.rows, bytes_in, bytes_out = output.size_bytes,
-            ms = started.elapsed().as_millis() as u64, output = %output.path, "compaction done");
+            rows_in = replaced.iter().map(|f| f.rows).sum::<u64>(), rows_out, bytes_in, bytes_out,
+            ms = started.elapsed().as_millis() as u64,
+            output = output.as_ref().map_or("(no rows left)", |o| o.path.as_str()), "compaction done");
+        Ok(true)
+    }
+
+    /// Carries out a drop of whole files past the retention: no file is read. An input
+    /// that is not wholly past `drop_before` (never proposed so) is kept, the same on
+    /// every replica since every replica has the same file.
+    fn drop_files(
+        &self,
+        table_key: &TableKey,
+        job: &CompactionJob,
+        inputs: &[FileMeta],
+        started: Instant,
+    ) -> Result<bool> {
+        let table = self.table(table_key);
+        let dropped = {
+            let mut state = table.state.write();
+            state.pending.retain(|j| j.index != job.index);
+            let expired = |f: &FileMeta| {
+                job.consumes(&f.path)
+                    && job
+                        .request
+                        .drop_before
+                        .is_some_and(|before| f.time_max < before)
+            };
+            let (dropped, kept): (Vec<FileMeta>, Vec<FileMeta>) = std::mem::take(&mut state.files)
+                .into_iter()
+                .partition(expired);
+            state.files = kept;
+            dropped
+        };
+        debug_assert_eq!(
+            dropped.len(),
+            inputs.len(),
+            "a drop names expired files only"
+        );
+        self.condemn(&dropped)?;
+        let rows: u64 = dropped.iter().map(|f| f.rows).sum();
+        metrics::counter!("quiver_retention_files_dropped_total").increment(dropped.len() as u64);
+        metrics::counter!("quiver_retention_rows_dropped_total").increment(rows);
+        tracing::info!(table = %table_key, index = job.index.0, files = dropped.len(), rows,
+            ms = started.elapsed().as_millis() as u64, "dropped files past the retention");
         Ok(true)
     }
 
@@ -165,6 +235,9 @@ impl Storage {
             let Some(inputs) = inputs else {
                 continue;
             };
+            if job.request.is_drop() {
+                return Some((table.key.clone(), job, inputs));
+            }
             let mark_holder = FileMeta {
                 path: job.output.clone(),
                 log_first: job.log_first,
@@ -200,89 +273,40 @@ impl Storage {
         None
     }
 
-    /// Puts a durable compaction output into the table in place of every file it
-    /// supersedes (in one step under the table's lock: a query sees the inputs or the
-    /// output, never both, never neither), and condemns those files. Returns them.
+    /// Puts a compaction's output (none when no row survived its filter) into the
+    /// table in place of what it replaces, in one step under the table's lock (a query
+    /// sees the inputs or the output, never both, never neither), and condemns the
+    /// replaced files. A job replaces exactly its inputs; an output adopted from a peer
+    /// (no job here) replaces every file it supersedes. Returns the replaced files.
     fn install_output(
         &self,
         key: &TableKey,
-        output: &FileMeta,
-        job_index: Option<LogIndex>,
+        job: Option<&CompactionJob>,
+        output: Option<&FileMeta>,
     ) -> Result<Vec<FileMeta>> {
         let table = self.table(key);
         let replaced = {
             let mut state = table.state.write();
-            if let Some(index) = job_index {
-                state.pending.retain(|j| j.index != index);
+            if let Some(job) = job {
+                state.pending.retain(|j| j.index != job.index);
             }
             let (replaced, kept): (Vec<FileMeta>, Vec<FileMeta>) = std::mem::take(&mut state.files)
                 .into_iter()
-                .partition(|f| supersedes(output, f));
+                .partition(|f| match (job, output) {
+                    (Some(job), _) => job.consumes(&f.path),
+                    (None, Some(output)) => supersedes(output, f),
+                    (None, None) => false,
+                });
             state.files = kept;
-            if !state.files.iter().any(|f| f.path == output.path) {
-                state.add_file(output.clone())?;
+            if let Some(output) = output {
+                if !state.files.iter().any(|f| f.path == output.path) {
+                    state.add_file(output.clone())?;
+                }
             }
             replaced
         };
-        for file in &replaced {
-            self.catalog.remove(&file.path)?;
-        }
-        let due = Instant::now() + Duration::from_millis(self.config.compaction.input_grace_ms);
-        self.condemned
-            .lock()
-            .extend(replaced.iter().map(|f| Condemned {
-                path: f.path.clone(),
-                due,
-            }));
+        self.condemn(&replaced)?;
         Ok(replaced)
-    }
-
-    /// Deletes replaced files whose grace period is over. Returns how many.
-    pub fn delete_condemned(&self) -> usize {
-        let now = Instant::now();
-        let due: Vec<Condemned> = {
-            let mut condemned = self.condemned.lock();
-            let (due, later) = std::mem::take(&mut *condemned)
-                .into_iter()
-                .partition(|c| c.due <= now);
-            *condemned = later;
-            due
-        };
-        let mut deleted = 0;
-        for c in due {
-            let path = match self
-                .local
-                .path_to_filesystem(&ObjectPath::from(c.path.as_str()))
-            {
-                Ok(p) => p,
-                Err(e) => {
-                    tracing::warn!(path = %c.path, error = %e, "cannot resolve a replaced file");
-                    continue;
-                }
-            };
-            match std::fs::remove_file(&path) {
-                Ok(()) => deleted += 1,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                // Left for the next start, which deletes every superseded file.
-                Err(e) => {
-                    tracing::warn!(path = %c.path, error = %e, "cannot delete a replaced file")
-                }
-            }
-        }
-        if deleted > 0 {
-            metrics::counter!("quiver_compaction_files_deleted_total").increment(deleted as u64);
-        }
-        deleted
-    }
-
-    /// When the next replaced file may be deleted, if any waits.
-    pub fn next_condemned_due(&self) -> Option<Duration> {
-        let now = Instant::now();
-        self.condemned
-            .lock()
-            .iter()
-            .map(|c| c.due.saturating_duration_since(now))
-            .min()
     }
 
     /// Whether this node holds `meta`, or a compaction output that replaced it (a
@@ -309,9 +333,17 @@ impl Storage {
     }
 
     pub(super) fn note_compaction_output_adopted(&self, meta: &FileMeta) -> Result<()> {
-        if meta.compaction.is_some() {
+        if let Some(mark) = meta.compaction {
             let key = TableKey::new(meta.database.as_str(), meta.measurement.as_str());
-            self.install_output(&key, meta, meta.compaction.map(|m| m.index))?;
+            let job = self.tables.read().get(&key).and_then(|t| {
+                t.state
+                    .read()
+                    .pending
+                    .iter()
+                    .find(|j| j.index == mark.index)
+                    .cloned()
+            });
+            self.install_output(&key, job.as_ref(), Some(meta))?;
         }
         Ok(())
     }

@@ -6,6 +6,7 @@ use std::time::Instant;
 use super::{Storage, TableKey};
 use crate::compaction::CompactionJob;
 use crate::error::Result;
+use crate::ids::LogIndex;
 use crate::meta::FileMeta;
 use crate::policies::Policies;
 use crate::table_state::{Buffered, Frozen};
@@ -15,6 +16,9 @@ impl Storage {
     /// so a segment written meanwhile is in one or the other, never in neither (cheap:
     /// batches are shared, not copied).
     pub fn memory_image(&self) -> MemoryImage {
+        // Read before the tables (see `condemned`): a file removed after this read may
+        // still be listed below, and its removal's generation is higher.
+        let generation = self.file_generation();
         let tables = self.tables.read();
         let mut out = Vec::new();
         let mut files = Vec::new();
@@ -37,6 +41,7 @@ impl Storage {
             files,
             policies: self.policies.read().clone(),
             compactions,
+            generation,
         }
     }
 
@@ -47,6 +52,56 @@ impl Storage {
             .values()
             .flat_map(|t| t.state.read().files.clone())
             .collect()
+    }
+
+    /// Before installing a snapshot from another node: removes (and condemns) every file
+    /// this node holds that the snapshot's state does not have. Kept are the files the
+    /// manifest lists, outputs of compactions the image still queues, and files of
+    /// segments the image still holds frozen (this node wrote them sooner); anything
+    /// else was replaced or dropped by entries this node never applied. Returns how
+    /// many files were removed.
+    pub fn retain_for_snapshot(&self, image: &MemoryImage) -> Result<usize> {
+        let listed: std::collections::BTreeSet<&str> =
+            image.files.iter().map(|f| f.path.as_str()).collect();
+        let outputs: std::collections::BTreeSet<&str> = image
+            .compactions
+            .iter()
+            .map(|j| j.output.as_str())
+            .collect();
+        let frozen: std::collections::BTreeSet<(&TableKey, LogIndex, LogIndex)> = image
+            .tables
+            .iter()
+            .flat_map(|t| {
+                t.frozen
+                    .iter()
+                    .map(move |f| (&t.key, f.log_first, f.log_last))
+            })
+            .collect();
+        let mut removed_total = 0;
+        for table in self.tables.read().values() {
+            let removed: Vec<FileMeta> = {
+                let mut state = table.state.write();
+                let (kept, removed): (Vec<FileMeta>, Vec<FileMeta>) =
+                    std::mem::take(&mut state.files).into_iter().partition(|f| {
+                        listed.contains(f.path.as_str())
+                            || outputs.contains(f.path.as_str())
+                            || (f.compaction.is_none()
+                                && frozen.contains(&(&table.key, f.log_first, f.log_last)))
+                    });
+                state.files = kept;
+                if !removed.is_empty() {
+                    state.recompute_flushed_through();
+                }
+                removed
+            };
+            if !removed.is_empty() {
+                tracing::info!(table = %table.key, files = removed.len(),
+                    "removing files the installed snapshot no longer has");
+            }
+            removed_total += removed.len();
+            self.condemn(&removed)?;
+        }
+        Ok(removed_total)
     }
 
     /// Drops every unwritten row (before installing a snapshot that replaces them).
@@ -142,6 +197,9 @@ pub struct MemoryImage {
     pub policies: Policies,
     /// Compactions committed but not yet carried out, in log order per table.
     pub compactions: Vec<CompactionJob>,
+    /// The file-removal generation the image was captured at (this node's own count,
+    /// not written into snapshots); see [`Storage::snapshot_durable`].
+    pub generation: u64,
 }
 
 /// One table's unwritten rows.

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::Arc;
 
 use arrow::record_batch::RecordBatch;
@@ -20,7 +20,7 @@ use object_store::ObjectStore;
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::{catalog_dir, quarantine_dir, Catalog, CatalogReport};
+use crate::catalog::{catalog_dir, quarantine_dir, Catalog, CatalogReport, FileSet};
 use crate::compaction::CompactionSettings;
 use crate::durable::create_dir_all_durably;
 use crate::error::Result;
@@ -31,11 +31,15 @@ use crate::table_state::TableState;
 
 mod apply;
 mod compact;
+mod condemned;
+mod lifecycle;
 mod memory_image;
 mod persist;
 mod source;
 
+pub use lifecycle::{rows_at_or_after, split_past_retention, DeleteOutcome};
 pub use memory_image::{MemoryImage, TableImage};
+pub use source::{View, ViewSource};
 
 /// Storage settings (the `[storage]` section of the node's configuration).
 #[derive(Debug, Clone)]
@@ -165,14 +169,28 @@ pub struct Storage {
     /// Wakes the compactor when a `Compact` entry is applied.
     compaction_wakeup: tokio::sync::Notify,
     /// Files replaced by compactions, waiting out their grace period.
-    condemned: parking_lot::Mutex<Vec<compact::Condemned>>,
+    condemned: parking_lot::Mutex<Vec<condemned::Condemned>>,
+    /// Counts removals of files from the tables; a memory image records the count it
+    /// saw before it read the tables (see [`Storage::snapshot_durable`]).
+    file_generation: AtomicU64,
+    /// The highest generation a durable snapshot has recorded: a file removed at or
+    /// below it is listed by no snapshot any more, so it may leave the disk.
+    durable_generation: AtomicU64,
     report: OpenReport,
 }
 
 impl Storage {
-    /// Opens storage in `config.dir`: checks or rebuilds the catalog and loads every
-    /// table's files. Buffers start empty; the caller restores them (snapshot, replay).
+    /// Opens storage in `config.dir` with the files their own footers describe
+    /// ([`FileSet::Footers`]); for tools and tests. A node opens with
+    /// [`Storage::open_with`] and the newest snapshot's manifest.
     pub async fn open(config: StorageConfig) -> Result<Storage> {
+        Self::open_with(config, FileSet::Footers).await
+    }
+
+    /// Opens storage in `config.dir` holding the files `files` names (see [`FileSet`]),
+    /// bringing the disk and the catalog to that set. Buffers start empty; the caller
+    /// restores them (snapshot, replay).
+    pub async fn open_with(config: StorageConfig, files: FileSet) -> Result<Storage> {
         let parquet_dir = config.dir.join("parquet");
         create_dir_all_durably(&parquet_dir)?;
         let local = Arc::new(LocalFileSystem::new_with_prefix(&parquet_dir)?);
@@ -181,6 +199,7 @@ impl Storage {
             &catalog_dir(&config.dir),
             &local,
             &quarantine_dir(&config.dir),
+            &files,
         )
         .await?;
         let mut states: BTreeMap<TableKey, TableState> = BTreeMap::new();
@@ -215,6 +234,8 @@ impl Storage {
             policies: RwLock::new(Policies::default()),
             compaction_wakeup: tokio::sync::Notify::new(),
             condemned: parking_lot::Mutex::new(Vec::new()),
+            file_generation: AtomicU64::new(0),
+            durable_generation: AtomicU64::new(0),
             report,
         })
     }

@@ -6,6 +6,7 @@ mod compaction;
 mod durability;
 mod fuzz_corpus;
 mod heap;
+mod lifecycle;
 mod limits;
 mod line_protocol_props;
 mod msgpack_props;

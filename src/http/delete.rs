@@ -1,0 +1,133 @@
+//! `POST /api/v1/delete` (admin): rows of one measurement matching a predicate on time
+//! and tags. The delete is a replicated tombstone: once its entry is applied, queries on
+//! every node stop seeing the rows it matches that were written before it (rows in
+//! memory included); compaction later rewrites them away. The answer counts the rows it
+//! hid, from one consistent view taken after it applied.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::Json;
+use quiver_raft::{CommandResult, DeleteCommand};
+use quiver_storage::{
+    validate_database_name, validate_measurement_name, ColumnKind, DeleteOutcome, LogIndex,
+    TableKey, TimestampNs, View, ViewSource,
+};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::error::ApiError;
+use super::write::write_error;
+use super::AppState;
+use crate::auth::Permission;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeleteRequest {
+    database: String,
+    measurement: String,
+    #[serde(rename = "where", default)]
+    predicate: String,
+}
+
+/// `POST /api/v1/delete` with `{"database", "measurement", "where"}` → 200 with the
+/// number of rows deleted.
+pub async fn delete(
+    State(app): State<AppState>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    app.auth
+        .check_request(&headers, &params, Permission::Admin)?;
+    let request: DeleteRequest = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::bad_request(format!(
+            "body must be JSON like {{\"database\": \"db\", \"measurement\": \"cpu\", \"where\": \"host = 'a' AND time < '2026-01-02T00:00:00Z'\"}}: {e}"
+        ))
+    })?;
+    validate_database_name(&request.database).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    validate_measurement_name(&request.measurement)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let not_found = || {
+        ApiError::with_status(
+            StatusCode::NOT_FOUND,
+            format!(
+                "no measurement {:?} in database {:?}",
+                request.measurement, request.database
+            ),
+        )
+    };
+    let schema = app
+        .storage
+        .schema_of(&request.database, &request.measurement)
+        .ok_or_else(not_found)?;
+    let tags = schema.tag_columns();
+    let fields: Vec<String> = schema
+        .arrow()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .filter(|n| matches!(schema.kind(n), Some(ColumnKind::Field(_))))
+        .collect();
+    let predicate = quiver_query::parse_delete_where(&request.predicate, &tags, &fields)
+        .map_err(|e| ApiError::bad_request(format!("where: {e}")))?;
+    let command = DeleteCommand {
+        table: TableKey::new(request.database.as_str(), request.measurement.as_str()),
+        predicate,
+    };
+    let (result, index) = app.node.delete(command).await.map_err(write_error)?;
+    match result {
+        CommandResult::Deleted(DeleteOutcome::Recorded) => {}
+        CommandResult::Deleted(DeleteOutcome::NoSuchTable) => return Err(not_found()),
+        other => return Err(ApiError::internal(format!("unexpected result {other:?}"))),
+    }
+    let deleted = count_hidden(&app, &request.database, &request.measurement, index).await?;
+    tracing::info!(database = %request.database, measurement = %request.measurement,
+        predicate = %request.predicate, index, deleted, "delete applied");
+    Ok(Json(
+        json!({"success": true, "deleted": deleted, "index": index}),
+    ))
+}
+
+/// Rows the tombstone at `index` hides, counted through the query engine over the view
+/// of exactly those rows.
+async fn count_hidden(
+    app: &AppState,
+    database: &str,
+    measurement: &str,
+    index: u64,
+) -> Result<u64, ApiError> {
+    let source = Arc::new(ViewSource {
+        storage: app.storage.clone(),
+        view: View {
+            hidden_by: Some(LogIndex(index)),
+            ..View::at(TimestampNs::now())
+        },
+    });
+    let sql = format!(
+        "SELECT count(*) FROM \"{}\"",
+        measurement.replace('"', "\"\"")
+    );
+    let output = app
+        .query
+        .execute_over(source, database, &sql)
+        .await
+        .map_err(|e| {
+            ApiError::internal(format!(
+                "the delete is applied; counting its rows failed: {e}"
+            ))
+        })?;
+    let count = output
+        .batches
+        .first()
+        .filter(|b| b.num_rows() == 1)
+        .and_then(|b| {
+            arrow::array::AsArray::as_primitive_opt::<arrow::datatypes::Int64Type>(b.column(0))
+                .map(|c| c.value(0))
+        })
+        .ok_or_else(|| ApiError::internal("the delete is applied; its row count is unreadable"))?;
+    Ok(u64::try_from(count).unwrap_or(0))
+}

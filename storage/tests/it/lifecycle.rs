@@ -1,0 +1,244 @@
+//! Which files survive a restart once compactions have replaced some of them: a segment
+//! that spans several hours loses one hour's file to a merge, and its other hours must
+//! stay (regressions of a restart that took those for a crash-interrupted flush).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow::array::{Float64Array, RecordBatch, StringDictionaryBuilder, TimestampNanosecondArray};
+use arrow::datatypes::Int32Type;
+use quiver_storage::compaction::CompactionSettings;
+use quiver_storage::{
+    canonical_schema, ColumnKind, FieldType, FileSet, LogIndex, Storage, StorageConfig, TableKey,
+    TableSource, TimestampNs,
+};
+
+const HOUR: i64 = TimestampNs::HOUR_NS;
+/// 2026-01-01T10:00:00Z
+const T0: i64 = 1_767_225_600_000_000_000 + 10 * HOUR;
+
+fn batch(times: &[i64]) -> RecordBatch {
+    let schema = canonical_schema([
+        ("host", ColumnKind::Tag),
+        ("v", ColumnKind::Field(FieldType::Float)),
+    ]);
+    let mut host = StringDictionaryBuilder::<Int32Type>::new();
+    for _ in times {
+        host.append_value("a");
+    }
+    RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(TimestampNanosecondArray::from(times.to_vec())),
+            Arc::new(host.finish()),
+            Arc::new(Float64Array::from(vec![1.0; times.len()])),
+        ],
+    )
+    .unwrap()
+}
+
+fn config(dir: &Path) -> StorageConfig {
+    StorageConfig {
+        dir: dir.to_path_buf(),
+        compaction: CompactionSettings {
+            input_grace_ms: 0,
+            ..CompactionSettings::default()
+        },
+        ..StorageConfig::default()
+    }
+}
+
+fn key() -> TableKey {
+    TableKey::new("db", "cpu")
+}
+
+fn rows_in_files(s: &Storage) -> u64 {
+    s.table("db", "cpu")
+        .map(|t| t.files.iter().map(|f| f.rows).sum())
+        .unwrap_or(0)
+}
+
+/// Segment 1 (log 1..=2) spans hours 10 and 11 (two files); segment 2 (log 3..=4) adds
+/// hour 10 again. Hour 10's two files are merged (entry 5) and the inputs deleted.
+async fn merge_one_hour_of_a_two_hour_segment(s: &Storage) {
+    s.apply_write(
+        LogIndex(1),
+        "db",
+        &[("cpu".into(), batch(&[T0, T0 + HOUR, T0 + HOUR + 1]))],
+    )
+    .unwrap();
+    s.apply_flush(LogIndex(2), &[key()]);
+    assert!(s.persist_next().await.unwrap());
+    s.apply_write(LogIndex(3), "db", &[("cpu".into(), batch(&[T0 + 5]))])
+        .unwrap();
+    s.apply_flush(LogIndex(4), &[key()]);
+    assert!(s.persist_next().await.unwrap());
+    assert_eq!(s.table("db", "cpu").unwrap().files.len(), 3);
+    let plan = s
+        .compaction_candidates(TimestampNs(T0 + 3 * HOUR))
+        .into_iter()
+        .next()
+        .expect("hour 10 is closed and has two files");
+    assert_eq!(plan.inputs.len(), 2);
+    s.apply_compact(LogIndex(5), plan);
+    assert!(s.compact_next().await.unwrap());
+    // The grace period is 0, but a file leaves the disk only once a durable snapshot
+    // no longer lists it.
+    assert_eq!(s.delete_condemned(), 0);
+    let image = s.memory_image();
+    s.snapshot_durable(image.generation);
+    assert_eq!(s.delete_condemned(), 2);
+    assert_eq!(rows_in_files(s), 4);
+}
+
+#[tokio::test]
+async fn a_segment_keeps_its_other_hours_after_one_hour_is_merged_and_the_node_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = Storage::open(config(dir.path())).await.unwrap();
+        merge_one_hour_of_a_two_hour_segment(&s).await;
+    }
+    // Reopened from the files alone (no snapshot to say which are live).
+    let s = Storage::open(config(dir.path())).await.unwrap();
+    assert_eq!(
+        rows_in_files(&s),
+        4,
+        "hour 11 of the first segment must survive: {:?}",
+        s.open_report()
+    );
+    assert!(s.open_report().catalog.incomplete_files_deleted.is_empty());
+}
+
+#[tokio::test]
+async fn a_snapshot_manifest_decides_which_files_are_live_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest;
+    {
+        let s = Storage::open(config(dir.path())).await.unwrap();
+        merge_one_hour_of_a_two_hour_segment(&s).await;
+        manifest = s.memory_image().files;
+        assert_eq!(manifest.len(), 2);
+        // A file written after the snapshot (its entries are still in the log) and a
+        // stray file left on disk by an earlier life.
+        s.apply_write(LogIndex(6), "db", &[("cpu".into(), batch(&[T0 + 9]))])
+            .unwrap();
+        s.apply_flush(LogIndex(7), &[key()]);
+        assert!(s.persist_next().await.unwrap());
+        assert_eq!(s.table("db", "cpu").unwrap().files.len(), 3);
+    }
+    let s = Storage::open_with(
+        config(dir.path()),
+        FileSet::Manifest {
+            files: manifest.clone(),
+            jobs: Vec::new(),
+        },
+    )
+    .await
+    .unwrap();
+    let files = s.table("db", "cpu").unwrap().files;
+    let mut paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
+    paths.sort();
+    let mut expected: Vec<&str> = manifest.iter().map(|f| f.path.as_str()).collect();
+    expected.sort();
+    assert_eq!(paths, expected, "exactly the manifest's files");
+    assert_eq!(
+        s.open_report().catalog.unlisted_files_deleted.len(),
+        1,
+        "the file written after the snapshot is deleted: replay writes it again"
+    );
+    assert!(s.open_report().catalog.lacking.is_empty());
+    // Replaying entries 6 and 7 brings its row back, once.
+    s.apply_write(LogIndex(6), "db", &[("cpu".into(), batch(&[T0 + 9]))])
+        .unwrap();
+    s.apply_flush(LogIndex(7), &[key()]);
+    assert!(s.persist_next().await.unwrap());
+    assert_eq!(rows_in_files(&s), 5);
+}
+
+#[tokio::test]
+async fn with_no_snapshot_and_a_whole_log_every_file_is_regenerated() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = Storage::open(config(dir.path())).await.unwrap();
+        merge_one_hour_of_a_two_hour_segment(&s).await;
+    }
+    let s = Storage::open_with(config(dir.path()), FileSet::Nothing)
+        .await
+        .unwrap();
+    assert!(s.table("db", "cpu").is_none_or(|t| t.files.is_empty()));
+    assert_eq!(s.open_report().catalog.unlisted_files_deleted.len(), 2);
+}
+
+/// `n` files of 100 measurements, each of `size` bytes, one per (measurement, hour).
+fn many_files(dir: &Path, n: u64, size: u64) -> Vec<quiver_storage::FileMeta> {
+    use quiver_storage::{parquet_path, ColumnMeta, FileMeta};
+    let root = dir.join("parquet");
+    (0..n)
+        .map(|i| {
+            let measurement = format!("m{}", i % 100);
+            let hour = TimestampNs(T0 + (i / 100) as i64 * HOUR);
+            let (first, last) = (LogIndex(i * 2 + 1), LogIndex(i * 2 + 2));
+            let path = parquet_path("db", &measurement, hour, first, last);
+            let on_disk = root.join(&path);
+            std::fs::create_dir_all(on_disk.parent().unwrap()).unwrap();
+            std::fs::write(&on_disk, vec![0u8; size as usize]).unwrap();
+            FileMeta {
+                version: 1,
+                path,
+                database: "db".into(),
+                measurement,
+                rows: 10,
+                time_min: hour,
+                time_max: TimestampNs(hour.0 + 10),
+                log_first: first,
+                log_last: last,
+                segment_files: 1,
+                columns: vec![
+                    ColumnMeta::new("time", ColumnKind::Time),
+                    ColumnMeta::new("host", ColumnKind::Tag),
+                    ColumnMeta::new("v", ColumnKind::Field(FieldType::Float)),
+                ],
+                size_bytes: size,
+                compaction: None,
+            }
+        })
+        .collect()
+}
+
+/// A restart at 100,000 files: storage opens from the manifest without reading a
+/// footer, and a table's view lists its files without touching the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_thousand_files_open_from_the_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = many_files(dir.path(), 100_000, 64);
+    for round in 0..2 {
+        let started = std::time::Instant::now();
+        let s = Storage::open_with(
+            config(dir.path()),
+            FileSet::Manifest {
+                files: files.clone(),
+                jobs: Vec::new(),
+            },
+        )
+        .await
+        .unwrap();
+        let opened = started.elapsed();
+        assert!(s.open_report().catalog.lacking.is_empty());
+        assert!(s.open_report().catalog.unlisted_files_deleted.is_empty());
+        assert_eq!(s.files().len(), 100_000);
+        let started = std::time::Instant::now();
+        let table = s.table("db", "m7").unwrap();
+        let viewed = started.elapsed();
+        assert_eq!(table.files.len(), 1_000);
+        println!(
+            "100,000 files: open {} ms ({}), one table's view {} us",
+            opened.as_millis(),
+            if round == 0 {
+                "sled filled"
+            } else {
+                "sled in sync"
+            },
+            viewed.as_micros()
+        );
+    }
+}
