@@ -45,7 +45,9 @@ pub async fn start(specs: Vec<NodeSpec>) -> Vec<Node> {
     nodes
 }
 
-/// The index of the node every live node agrees leads.
+/// The index of the node every live node agrees leads, once that node says it is ready
+/// (a leader that has not yet heard from its quorum again, after a partition heals,
+/// rightly refuses writes with 503 until it has).
 pub async fn leader(nodes: &[Node], alive: &[usize]) -> usize {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -54,8 +56,12 @@ pub async fn leader(nodes: &[Node], alive: &[usize]) -> usize {
             leaders.push(nodes[i].status().await["leader"].as_u64());
         }
         if let Some(Some(id)) = leaders.first() {
-            if leaders.iter().all(|l| *l == Some(*id)) && alive.contains(&(*id as usize - 1)) {
-                return *id as usize - 1;
+            let i = *id as usize - 1;
+            if leaders.iter().all(|l| *l == Some(*id))
+                && alive.contains(&i)
+                && ready(&nodes[i]).await
+            {
+                return i;
             }
         }
         assert!(Instant::now() < deadline, "no agreed leader: {leaders:?}");
@@ -87,4 +93,10 @@ pub async fn write_batches(node: &Node, ids: std::ops::Range<i64>) {
         let (status, text) = node.write_msgpack("db", body).await;
         assert_eq!(status, 204, "batch {id}: {text}");
     }
+}
+
+/// Whether `/ready` answers 200 now.
+async fn ready(node: &Node) -> bool {
+    let r = node.client.get(format!("{}/ready", node.url)).send().await;
+    r.is_ok_and(|r| r.status() == 200)
 }
