@@ -19,47 +19,75 @@ fn hourly_rows(measurement: &str, hours: i64) -> Vec<u8> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_snapshot_listing_thousands_of_files_survives_a_restart() {
+async fn a_snapshot_listing_100_000_files_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    // 3,000 hours backfilled: ~3,000 files, a manifest past the old 1 MiB frame bound
-    // ("frame header of 1098001 bytes" at 2,400 files).
-    let hours = 3_000i64;
+    // 100 measurements backfilled over 1,000 hours each: 100,000 files, a manifest far
+    // past the old 1 MiB frame bound ("frame header of 1098001 bytes" at 2,400 files).
+    let (measurements, hours) = (100i64, 1_000i64);
+    let files = measurements * hours;
     let mut node = Node::start(
         NodeSpec::new(dir.path())
             .with("QUIVER_LIMITS_WRITE_HOURS_MAX", hours)
             .with("QUIVER_STORAGE_FLUSH_AGE_MS", 100)
             .with("QUIVER_RAFT_SNAPSHOT_INTERVAL_MS_MIN", 100)
-            // The point is a snapshot of thousands of files; merging them is compaction's.
+            // The point is a snapshot of many files; merging them is compaction's.
             .with("QUIVER_COMPACTION_ENABLED", false),
     )
     .await;
-    let (status, text) = node
-        .write_msgpack("db", hourly_rows("backfill", hours))
-        .await;
-    assert_eq!(status, 204, "{text}");
+    for m in 0..measurements {
+        let (status, text) = node
+            .write_msgpack("db", hourly_rows(&format!("backfill{m}"), hours))
+            .await;
+        assert_eq!(status, 204, "{text}");
+    }
+    let written = std::time::Instant::now();
     node.wait_for(
         "files written and the log purged",
-        Duration::from_secs(240),
+        Duration::from_secs(900),
         || async {
-            node.metric("quiver_parquet_files").await >= hours as f64
+            node.metric("quiver_parquet_files").await >= files as f64
                 && node.metric("quiver_buffer_rows").await == 0.0
                 && node.metric("quiver_frozen_segments").await == 0.0
                 && node.metric("quiver_snapshots_built_total").await >= 1.0
         },
     )
     .await;
+    // The snapshot that lists every file covers everything applied.
+    node.wait_for(
+        "a snapshot of all files",
+        Duration::from_secs(120),
+        || async {
+            let s = node.status().await;
+            s["snapshot_index"].is_u64() && s["snapshot_index"] == s["applied_index"]
+        },
+    )
+    .await;
+    let snapshot_bytes: u64 = std::fs::read_dir(node.spec.data_dir.join("snapshots"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.metadata().ok().map(|m| m.len()))
+        .max()
+        .unwrap_or(0);
+    let restart = std::time::Instant::now();
     node.restart().await;
+    eprintln!(
+        "{files} files: written in {:?}, snapshot {snapshot_bytes} bytes, restart to ready in {:?}",
+        written.elapsed() - restart.elapsed(),
+        restart.elapsed()
+    );
     assert!(
         node.log().contains("restored snapshot"),
         "the restart must go through the snapshot: {}",
         node.log_tail()
     );
-    let rows = node
-        .rows("db", "SELECT count(*), sum(v) FROM backfill")
-        .await;
-    assert_eq!(rows[0][0], json!(hours));
-    assert_eq!(rows[0][1], json!((hours * (hours - 1) / 2) as f64));
-    assert_eq!(node.metric("quiver_parquet_files").await, hours as f64);
+    assert_eq!(node.metric("quiver_parquet_files").await, files as f64);
+    for m in [0, measurements / 2, measurements - 1] {
+        let rows = node
+            .rows("db", &format!("SELECT count(*), sum(v) FROM backfill{m}"))
+            .await;
+        assert_eq!(rows[0][0], json!(hours));
+        assert_eq!(rows[0][1], json!((hours * (hours - 1) / 2) as f64));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
