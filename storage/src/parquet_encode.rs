@@ -159,9 +159,9 @@ pub(crate) fn min_max(time: &arrow::array::TimestampNanosecondArray) -> (i64, i6
     (lo, hi)
 }
 
-fn tag_column_indices(batch: &RecordBatch) -> Vec<usize> {
-    batch
-        .schema()
+/// Positions of the tag columns of `schema`, in schema order (the sort order's).
+pub(crate) fn tag_column_indices(schema: &arrow::datatypes::Schema) -> Vec<usize> {
+    schema
         .fields()
         .iter()
         .enumerate()
@@ -184,17 +184,11 @@ fn sort_by_hour_tags_time(batch: &RecordBatch) -> Result<RecordBatch> {
     )
 }
 
-/// Sorts rows by tags then time: the order every file declares (`sorting_columns`), so
-/// a compaction output spanning a day is ordered as an hour file is.
-pub(crate) fn sort_by_tags_time(batch: &RecordBatch) -> Result<RecordBatch> {
-    sort_rows(batch, Vec::new())
-}
-
 /// Sorts by `leading` keys, then tags, then time. Deterministic (the same input gives
 /// the same order on every replica), which byte-identical files depend on.
 fn sort_rows(batch: &RecordBatch, leading: Vec<SortColumn>) -> Result<RecordBatch> {
     let mut keys = leading;
-    for i in tag_column_indices(batch) {
+    for i in tag_column_indices(&batch.schema()) {
         keys.push(SortColumn {
             values: batch.column(i).clone(),
             options: None,
@@ -215,9 +209,75 @@ pub(crate) fn write_parquet(
     settings: &ParquetSettings,
 ) -> Result<Bytes> {
     let schema = batch.schema();
-    let meta_json = serde_json::to_string(meta)
-        .map_err(|e| Error::InvalidPayload(format!("file metadata does not encode: {e}")))?;
-    let mut sorting: Vec<SortingColumn> = tag_column_indices(batch)
+    let mut buffer = Vec::with_capacity(batch.get_array_memory_size() / 4 + 4096);
+    let options = ArrowWriterOptions::new()
+        .with_properties(writer_properties(&schema, settings, Some(meta))?)
+        .with_skip_arrow_metadata(true);
+    let mut writer = ArrowWriter::try_new_with_options(&mut buffer, schema, options)?;
+    writer.write(batch)?;
+    writer.close()?;
+    debug_assert!(batch.num_rows() == 0 || batch.column(0).len() == batch.num_rows());
+    Ok(Bytes::from(buffer))
+}
+
+/// Bytes a streamed file's open row group may hold (encoded) before it is closed
+/// early. A constant, so row groups fall in the same places on every replica.
+const STREAMED_ROW_GROUP_BYTES_MAX: usize = 128 << 20;
+
+/// Writes one Parquet file a chunk at a time, encoded as flushes encode, for outputs
+/// too large to hold in memory (compactions). Its [`FileMeta`] is added at the end,
+/// once its rows and time range are known.
+pub(crate) struct StreamingParquetWriter<'a> {
+    writer: ArrowWriter<&'a mut (dyn std::io::Write + Send)>,
+}
+
+impl<'a> StreamingParquetWriter<'a> {
+    /// Starts a file of `schema` in `sink`.
+    pub(crate) fn new(
+        sink: &'a mut (dyn std::io::Write + Send),
+        schema: &SchemaRef,
+        settings: &ParquetSettings,
+    ) -> Result<Self> {
+        let options = ArrowWriterOptions::new()
+            .with_properties(writer_properties(schema, settings, None)?)
+            .with_skip_arrow_metadata(true);
+        Ok(StreamingParquetWriter {
+            writer: ArrowWriter::try_new_with_options(sink, schema.clone(), options)?,
+        })
+    }
+
+    /// Appends rows (already in the file's sort order).
+    pub(crate) fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        self.writer.write(batch)?;
+        if self.writer.in_progress_size() > STREAMED_ROW_GROUP_BYTES_MAX {
+            self.writer.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Records `meta` in the footer and ends the file.
+    pub(crate) fn finish(mut self, meta: &FileMeta) -> Result<()> {
+        self.writer
+            .append_key_value_metadata(KeyValue::new(FILE_META_KEY.to_string(), meta_json(meta)?));
+        self.writer.close()?;
+        Ok(())
+    }
+}
+
+fn meta_json(meta: &FileMeta) -> Result<String> {
+    serde_json::to_string(meta)
+        .map_err(|e| Error::InvalidPayload(format!("file metadata does not encode: {e}")))
+}
+
+/// How every Parquet file is encoded: zstd, page statistics, tags then time declared as
+/// the sort order, dictionary tags, delta-encoded time. `meta` is put in the footer
+/// when already known.
+fn writer_properties(
+    schema: &SchemaRef,
+    settings: &ParquetSettings,
+    meta: Option<&FileMeta>,
+) -> Result<WriterProperties> {
+    let mut sorting: Vec<SortingColumn> = tag_column_indices(schema)
         .into_iter()
         .map(|i| SortingColumn {
             column_idx: i as i32,
@@ -230,35 +290,27 @@ pub(crate) fn write_parquet(
         descending: false,
         nulls_first: true,
     });
-    let mut props = WriterProperties::builder()
+    let mut metadata = Vec::with_capacity(2);
+    if let Some(meta) = meta {
+        metadata.push(KeyValue::new(FILE_META_KEY.to_string(), meta_json(meta)?));
+    }
+    metadata.push(KeyValue::new(
+        ARROW_SCHEMA_META_KEY.to_string(),
+        // Tags recorded as plain strings (the column chunks stay dictionary-encoded):
+        // readers honour the recorded type, and `Utf8` lets the query engine decode tags
+        // straight into string views (copying a 16-byte view per row from the decoded
+        // dictionary page) instead of building dictionary arrays and casting them,
+        // which was a third of the time of a `GROUP BY host` over 20 M rows.
+        encode_arrow_schema(&with_tags_as(schema, &DataType::Utf8)),
+    ));
+    let time_path = ColumnPath::from(TIME_COLUMN);
+    Ok(WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(settings.zstd_level)?))
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_max_row_group_row_count(Some(settings.row_group_rows_max))
         .set_sorting_columns(Some(sorting))
-        .set_key_value_metadata(Some(vec![
-            KeyValue::new(FILE_META_KEY.to_string(), meta_json),
-            KeyValue::new(
-                ARROW_SCHEMA_META_KEY.to_string(),
-                // Tags recorded as plain strings (the column chunks stay
-                // dictionary-encoded): readers honour the recorded type, and `Utf8`
-                // lets the query engine decode tags straight into string views
-                // (copying a 16-byte view per row from the decoded dictionary page)
-                // instead of building dictionary arrays and casting them, which was a
-                // third of the time of a `GROUP BY host` over 20 M rows.
-                encode_arrow_schema(&with_tags_as(&schema, &DataType::Utf8)),
-            ),
-        ]));
-    let time_path = ColumnPath::from(TIME_COLUMN);
-    props = props
+        .set_key_value_metadata(Some(metadata))
         .set_column_dictionary_enabled(time_path.clone(), false)
-        .set_column_encoding(time_path, Encoding::DELTA_BINARY_PACKED);
-    let mut buffer = Vec::with_capacity(batch.get_array_memory_size() / 4 + 4096);
-    let options = ArrowWriterOptions::new()
-        .with_properties(props.build())
-        .with_skip_arrow_metadata(true);
-    let mut writer = ArrowWriter::try_new_with_options(&mut buffer, schema, options)?;
-    writer.write(batch)?;
-    writer.close()?;
-    debug_assert!(batch.num_rows() == 0 || batch.column(0).len() == batch.num_rows());
-    Ok(Bytes::from(buffer))
+        .set_column_encoding(time_path, Encoding::DELTA_BINARY_PACKED)
+        .build())
 }

@@ -42,8 +42,9 @@ pub struct CompactionSettings {
     /// A closed day is merged into one file only if its files add up to at most this
     /// many bytes; bigger days stay one file per hour.
     pub day_file_bytes_max: u64,
-    /// The most memory one compaction may hold (estimated from the inputs' rows and
-    /// columns before it starts); inputs that do not fit are not merged together.
+    /// The most memory one compaction may hold. A merge streams: it reads every input
+    /// a batch at a time, sized so one batch per input fits; the policy merges no more
+    /// inputs at once than fit with the smallest batch.
     pub memory_bytes_max: u64,
     /// How long replaced files stay on disk after a compaction, so queries that
     /// started before it can still read them. Longer than `query.timeout_ms`.

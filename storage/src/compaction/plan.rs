@@ -1,7 +1,8 @@
 //! The leader's compaction policy for one table: pure, so it is tested without IO.
 //!
 //! Closed days first: every file of a day that ended `closed_after_ms` ago merges into
-//! one day file when the day fits `day_file_bytes_max` and the memory bound. Otherwise,
+//! one day file when the day fits `day_file_bytes_max` and the memory bound (the merge
+//! streams: what bounds its memory is how many inputs it reads at once). Otherwise,
 //! per hour: an hour's files merge into one when the hour is closed, or earlier when it
 //! has `hour_files_min` files (late writes, frequent flushes). A merge always takes a
 //! bucket's files as a run in log order with nothing of that bucket left out in the
@@ -14,16 +15,11 @@ use crate::ids::TimestampNs;
 use crate::meta::FileMeta;
 use crate::store::TableKey;
 
-/// Bytes of memory one row of one column is assumed to take while merging (decoded,
-/// then sorted into a second copy). Generous for numbers, about right for short strings.
-const ESTIMATED_BYTES_PER_VALUE: u64 = 24;
-
-/// The memory a merge of `files` is expected to hold.
-pub fn estimated_memory(files: &[&FileMeta]) -> u64 {
-    let columns = files.iter().map(|f| f.columns.len()).max().unwrap_or(0) as u64;
-    let rows: u64 = files.iter().map(|f| f.rows).sum();
-    rows.saturating_mul(columns)
-        .saturating_mul(ESTIMATED_BYTES_PER_VALUE)
+/// The memory a merge of `files` holds at least (one smallest read batch per input;
+/// see [`super::merge`], which streams and sizes its batches to the bound).
+pub fn merge_memory(files: &[&FileMeta]) -> u64 {
+    let columns = files.iter().map(|f| f.columns.len()).max().unwrap_or(0);
+    super::merge::merge_memory_min(files.len(), columns)
 }
 
 fn bucket_of(file: &FileMeta, width: i64) -> Option<i64> {
@@ -69,8 +65,7 @@ pub fn plan_table(
             continue;
         }
         let bytes: u64 = in_day.iter().map(|f| f.size_bytes).sum();
-        if bytes <= settings.day_file_bytes_max
-            && estimated_memory(in_day) <= settings.memory_bytes_max
+        if bytes <= settings.day_file_bytes_max && merge_memory(in_day) <= settings.memory_bytes_max
         {
             return Some(request(table, in_day, day, DAY_NS));
         }
@@ -94,9 +89,7 @@ pub fn plan_table(
             continue;
         }
         let mut take = 0;
-        while take < in_hour.len()
-            && estimated_memory(&in_hour[..=take]) <= settings.memory_bytes_max
-        {
+        while take < in_hour.len() && merge_memory(&in_hour[..=take]) <= settings.memory_bytes_max {
             take += 1;
         }
         if take >= 2 {

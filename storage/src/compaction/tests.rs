@@ -141,7 +141,7 @@ fn a_day_too_big_for_one_file_is_merged_per_hour() {
 fn the_memory_bound_limits_how_many_files_merge() {
     let now = TimestampNs(DAY0 + 10 * H + 1);
     let files: Vec<FileMeta> = (1..=6).map(|i| file(10, i, i)).collect();
-    let one = plan::estimated_memory(&[&files[0]]);
+    let one = plan::merge_memory(&[&files[0]]);
     let s = CompactionSettings {
         memory_bytes_max: one * 3,
         closed_after_ms: 3_600_000,

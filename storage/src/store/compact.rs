@@ -2,7 +2,6 @@
 //! on a low-priority thread, and deleting replaced files once no query can still be
 //! reading them. What is merged, and why it is safe, is in [`crate::compaction`].
 
-use std::io::Write;
 use std::time::Instant;
 
 use object_store::path::Path as ObjectPath;
@@ -14,7 +13,7 @@ use crate::compaction::plan::plan_table;
 use crate::compaction::{
     supersedes, CompactionJob, CompactionOutcome, CompactionRequest, CompactionSettings,
 };
-use crate::durable::replace_file_durably;
+use crate::durable::{create_dir_all_durably, install_file_durably};
 use crate::error::{Error, Result};
 use crate::ids::{LogIndex, TimestampNs};
 use crate::lifecycle::Tombstone;
@@ -136,6 +135,8 @@ impl Storage {
         }
         let local = self.local.clone();
         let settings = self.config.parquet.clone();
+        let memory_bytes_max = self.config.compaction.memory_bytes_max;
+        let staged = self.staging_path(&format!("compaction-{}.parquet", job.index.0));
         let job_owned = job.clone();
         let output = run_low_priority(move || {
             let mut on_disk = Vec::with_capacity(inputs.len());
@@ -146,17 +147,35 @@ impl Storage {
             let keep = |meta: &FileMeta, batch: &arrow::record_batch::RecordBatch| {
                 job_owned.row_filter(meta, batch)
             };
-            let Some(encoded) = merge_files(&job_owned, &on_disk, &settings, &keep)? else {
-                return Ok(None);
+            let merged = write_staged(&staged, |sink| {
+                merge_files(
+                    &job_owned,
+                    &on_disk,
+                    &settings,
+                    memory_bytes_max,
+                    &keep,
+                    sink,
+                )
+            });
+            let meta = match merged {
+                Ok(Some(meta)) => meta,
+                other => {
+                    remove_staged(&staged);
+                    return other;
+                }
             };
-            let target = local.path_to_filesystem(&ObjectPath::from(encoded.meta.path.as_str()))?;
-            replace_file_durably(&target, |w| {
-                w.write_all(&encoded.bytes).map_err(|source| Error::Io {
-                    path: target.clone(),
+            let size_bytes = std::fs::metadata(&staged)
+                .map_err(|source| Error::Io {
+                    path: staged.clone(),
                     source,
-                })
-            })?;
-            Ok(Some(encoded.meta))
+                })?
+                .len();
+            let target = local.path_to_filesystem(&ObjectPath::from(meta.path.as_str()))?;
+            if let Err(e) = install_file_durably(&staged, &target) {
+                remove_staged(&staged);
+                return Err(e);
+            }
+            Ok(Some(FileMeta { size_bytes, ..meta }))
         })
         .await?;
         if let Some(output) = &output {
@@ -375,5 +394,34 @@ fn lower_thread_priority(nice: i32) {
     let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
     if rc != 0 {
         tracing::debug!(nice, "cannot lower the priority of the compaction thread");
+    }
+}
+
+/// Writes a file at `staged` through a buffer and flushes it (the install fsyncs it).
+fn write_staged<T>(
+    staged: &std::path::Path,
+    write: impl FnOnce(&mut (dyn std::io::Write + Send)) -> Result<T>,
+) -> Result<T> {
+    let io = |source| Error::Io {
+        path: staged.to_path_buf(),
+        source,
+    };
+    if let Some(dir) = staged.parent() {
+        create_dir_all_durably(dir)?;
+    }
+    let file = std::fs::File::create(staged).map_err(io)?;
+    let mut sink = std::io::BufWriter::with_capacity(1 << 20, file);
+    let out = write(&mut sink)?;
+    std::io::Write::flush(&mut sink).map_err(io)?;
+    Ok(out)
+}
+
+/// Removes a staged file that will not be installed (best effort: the next start
+/// clears the staging directory).
+fn remove_staged(staged: &std::path::Path) {
+    if let Err(e) = std::fs::remove_file(staged) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(path = %staged.display(), error = %e, "cannot remove a staged compaction output");
+        }
     }
 }

@@ -193,6 +193,13 @@ impl Storage {
     pub async fn open_with(config: StorageConfig, files: FileSet) -> Result<Storage> {
         let parquet_dir = config.dir.join("parquet");
         create_dir_all_durably(&parquet_dir)?;
+        let stale = persist::clear_staging(&config.dir)?;
+        if stale > 0 {
+            tracing::info!(
+                files = stale,
+                "removed files a crash left half received or half built"
+            );
+        }
         let local = Arc::new(LocalFileSystem::new_with_prefix(&parquet_dir)?);
         let store: Arc<dyn ObjectStore> = local.clone();
         let (catalog, files, catalog_report) = Catalog::open(

@@ -179,10 +179,13 @@ impl Storage {
     /// so adopting it is a rename on the same filesystem.
     pub fn incoming_path(&self, meta: &FileMeta) -> PathBuf {
         let name = meta.path.replace('/', "_");
-        self.config
-            .dir
-            .join("incoming")
-            .join(format!("{name}.part"))
+        self.staging_path(&format!("{name}.part"))
+    }
+
+    /// Where a file named `name` is built before it is installed (a peer's file, a
+    /// compaction output). What a crash leaves there is removed at the next open.
+    pub(crate) fn staging_path(&self, name: &str) -> PathBuf {
+        staging_dir(&self.config.dir).join(name)
     }
 
     /// Takes a Parquet file written by another replica (snapshot catch-up), staged at
@@ -228,4 +231,29 @@ impl Storage {
         table.state.write().add_file(meta.clone())?;
         self.note_compaction_output_adopted(meta)
     }
+}
+
+/// The staging directory under a storage directory.
+pub(crate) fn staging_dir(storage_dir: &Path) -> PathBuf {
+    storage_dir.join("incoming")
+}
+
+/// Removes what a crash left in the staging directory: files being received or built
+/// then, never installed. Returns how many.
+pub(crate) fn clear_staging(storage_dir: &Path) -> Result<usize> {
+    let dir = staging_dir(storage_dir);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(source) => return Err(Error::Io { path: dir, source }),
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_file() {
+            std::fs::remove_file(&path).map_err(|source| Error::Io { path, source })?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
 }

@@ -3,6 +3,7 @@
 //! corpora replayed.
 
 mod compaction;
+mod compaction_stream;
 mod durability;
 mod fuzz_corpus;
 mod heap;
