@@ -69,7 +69,7 @@ impl std::fmt::Debug for MeasurementTable {
             .field("database", &self.snapshot.database)
             .field("measurement", &self.snapshot.measurement)
             .field("memory_batches", &self.snapshot.memory.len())
-            .field("files", &self.snapshot.files.len())
+            .field("files", &self.snapshot.files.total())
             .finish()
     }
 }
@@ -93,16 +93,13 @@ impl MeasurementTable {
         if !self.snapshot.memory.is_empty() && !range.is_empty() {
             children.push(self.memory_exec(projection, limit, partitions_max)?);
         }
-        let files: Vec<&ParquetFileRef> = self
-            .snapshot
-            .files
-            .iter()
-            .filter(|f| range.overlaps(f.time_min.0, f.time_max.0))
-            .collect();
+        // Found through the table's time index: files outside the range are not looked at.
+        let found = self.snapshot.files.overlapping(range.min_ns, range.max_ns);
+        let files: Vec<&ParquetFileRef> = found.iter().collect();
         tracing::debug!(
             database = %self.snapshot.database,
             measurement = %self.snapshot.measurement,
-            files_total = self.snapshot.files.len(),
+            files_total = self.snapshot.files.total(),
             files_scanned = files.len(),
             time_min_ns = range.min_ns,
             time_max_ns = range.max_ns,

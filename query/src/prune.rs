@@ -45,6 +45,7 @@ impl TimeRange {
     }
 
     /// True when some timestamp in `[min_ns, max_ns]` (inclusive) is in this range.
+    #[cfg(test)]
     pub(crate) fn overlaps(self, min_ns: i64, max_ns: i64) -> bool {
         !self.is_empty() && min_ns <= self.max_ns && max_ns >= self.min_ns
     }

@@ -13,6 +13,7 @@ mod catalog;
 pub mod compaction;
 mod durable;
 mod error;
+mod file_list;
 pub mod fuzzing;
 mod ids;
 mod image;
@@ -37,6 +38,7 @@ pub use durable::{
     replace_file_durably,
 };
 pub use error::{Error, Result};
+pub use file_list::FileList;
 pub use ids::{
     validate_database_name, validate_measurement_name, LogIndex, TimestampNs,
     DATABASE_NAME_CHARS_MAX, MEASUREMENT_NAME_BYTES_MAX,
@@ -62,5 +64,5 @@ pub use store::{
     rows_at_or_after, split_past_retention, DeleteOutcome, MemoryImage, OpenReport, Storage,
     StorageConfig, StorageStats, TableImage, TableKey, TableSummary, View, ViewSource,
 };
-pub use table::{ParquetFileRef, TableSnapshot, TableSource};
+pub use table::{ParquetFileRef, SnapshotFiles, TableFiles, TableSnapshot, TableSource};
 pub use table_state::{Buffered, Frozen};

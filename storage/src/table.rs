@@ -10,8 +10,9 @@ use std::sync::Arc;
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 
+use crate::file_list::FileList;
 use crate::ids::TimestampNs;
-use crate::lifecycle::DeletePredicate;
+use crate::lifecycle::{DeletePredicate, Tombstone};
 
 /// One Parquet file as the query engine needs to know it: where it is and what it may hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,8 +47,8 @@ pub struct TableSnapshot {
     pub tag_columns: Vec<String>,
     /// Rows not yet in Parquet: the live buffer and frozen segments, conformed to `schema`.
     pub memory: Vec<RecordBatch>,
-    /// Parquet files, in the order they were written.
-    pub files: Vec<ParquetFileRef>,
+    /// Parquet files, found by the time range a query reads.
+    pub files: SnapshotFiles,
     /// Rows older than this are invisible (past the retention, or before the window a
     /// query is limited to): files wholly older are not listed, memory rows are
     /// filtered already, listed files that reach below it need a filter on `time`.
@@ -77,12 +78,96 @@ impl TableSnapshot {
             schema,
             tag_columns,
             memory,
-            files,
+            files: SnapshotFiles::Listed(files),
             visible_from: None,
             visible_before: None,
             tombstones: Vec::new(),
             only_matching: None,
         }
+    }
+}
+
+/// The files a [`TableSnapshot`] may read. A query asks for those of its time range
+/// once it knows it (at scan time), so a table's other files are never looked at.
+#[derive(Debug, Clone)]
+pub enum SnapshotFiles {
+    /// Files listed by hand (tests and tools), in the order they were written.
+    Listed(Vec<ParquetFileRef>),
+    /// A table's files as storage held them when the snapshot was taken.
+    Table(TableFiles),
+}
+
+/// A table's files at one instant, with what the snapshot's view hides of them.
+#[derive(Debug, Clone)]
+pub struct TableFiles {
+    pub(crate) list: FileList,
+    /// Only rows at or after this (retention, a window).
+    pub(crate) visible_from: Option<TimestampNs>,
+    /// Only rows before this (a window).
+    pub(crate) visible_before: Option<TimestampNs>,
+    /// Only files this delete applies to (counting its rows).
+    pub(crate) only: Option<Tombstone>,
+    /// The snapshot's tombstones, in the order of [`TableSnapshot::tombstones`].
+    pub(crate) tombstones: Vec<Tombstone>,
+}
+
+impl SnapshotFiles {
+    /// The files that may hold visible rows with `time` in `[min_ns, max_ns]` (both
+    /// inclusive), in the order they were written.
+    pub fn overlapping(&self, min_ns: i64, max_ns: i64) -> Vec<ParquetFileRef> {
+        match self {
+            SnapshotFiles::Listed(files) => files
+                .iter()
+                .filter(|f| min_ns <= max_ns && f.time_max.0 >= min_ns && f.time_min.0 <= max_ns)
+                .cloned()
+                .collect(),
+            SnapshotFiles::Table(table) => table.overlapping(min_ns, max_ns),
+        }
+    }
+
+    /// Every file the snapshot's view can read, in the order they were written.
+    pub fn all(&self) -> Vec<ParquetFileRef> {
+        self.overlapping(i64::MIN, i64::MAX)
+    }
+
+    /// How many files the table has in all (for logs and plans).
+    pub fn total(&self) -> usize {
+        match self {
+            SnapshotFiles::Listed(files) => files.len(),
+            SnapshotFiles::Table(table) => table.list.len(),
+        }
+    }
+}
+
+impl TableFiles {
+    fn overlapping(&self, min_ns: i64, max_ns: i64) -> Vec<ParquetFileRef> {
+        let lo = self.visible_from.map_or(min_ns, |f| min_ns.max(f.0));
+        let hi = self
+            .visible_before
+            .map_or(max_ns, |b| max_ns.min(b.0.saturating_sub(1)));
+        self.list
+            .overlapping(lo, hi)
+            .into_iter()
+            .filter(|f| {
+                self.only
+                    .as_ref()
+                    .is_none_or(|o| o.applies_to(f.deletes_through(), f.time_min, f.time_max))
+            })
+            .map(|f| ParquetFileRef {
+                path: f.path.clone(),
+                size_bytes: f.size_bytes,
+                rows: f.rows,
+                time_min: f.time_min,
+                time_max: f.time_max,
+                tombstones: self
+                    .tombstones
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, t)| t.applies_to(f.deletes_through(), f.time_min, f.time_max))
+                    .map(|(i, _)| i)
+                    .collect(),
+            })
+            .collect()
     }
 }
 

@@ -49,7 +49,7 @@ pub struct TableState {
     pub(crate) active_bytes: usize,
     pub(crate) active_since: Option<Instant>,
     pub(crate) frozen: VecDeque<Frozen>,
-    pub(crate) files: Vec<FileMeta>,
+    pub(crate) files: crate::file_list::FileList,
     /// Every entry at or below this index is in Parquet for this table.
     pub(crate) flushed_through: LogIndex,
     /// Every entry at or below this index is in Parquet or a frozen segment.
@@ -124,12 +124,28 @@ impl TableState {
         }
         self.flushed_through = self.flushed_through.max(meta.log_last);
         self.frozen_through = self.frozen_through.max(self.flushed_through);
-        let key = (meta.log_last, meta.time_min);
-        let at = self
-            .files
-            .partition_point(|f| (f.log_last, f.time_min) <= key);
-        self.files.insert(at, meta);
+        self.files.insert(meta);
         Ok(())
+    }
+
+    /// A table holding `files` (found at start, in any order): as [`Self::add_file`]
+    /// for each, with the list sorted once.
+    pub fn with_files(files: Vec<FileMeta>) -> Result<TableState> {
+        let mut state = TableState::default();
+        for meta in &files {
+            let columns = meta
+                .columns
+                .iter()
+                .filter_map(|c| c.kind().map(|k| (c.name.as_str(), k)));
+            let file_schema = crate::schema::canonical_schema(columns);
+            if let Some(grown) = state.schema.merge(&meta.measurement, &file_schema)? {
+                state.schema = grown;
+            }
+            state.flushed_through = state.flushed_through.max(meta.log_last);
+        }
+        state.frozen_through = state.flushed_through;
+        state.files = crate::file_list::FileList::from_files(files);
+        Ok(state)
     }
 
     /// Sets `flushed_through` from the files again, after files were removed (a
@@ -157,7 +173,7 @@ impl TableState {
         if front != Some(log_last) {
             return 0;
         }
-        self.files.extend(files);
+        self.files.append(files);
         self.flushed_through = log_last;
         self.frozen.pop_front().map(|f| f.bytes).unwrap_or(0)
     }

@@ -215,11 +215,7 @@ impl Storage {
                         .drop_before
                         .is_some_and(|before| f.time_max < before)
             };
-            let (dropped, kept): (Vec<FileMeta>, Vec<FileMeta>) = std::mem::take(&mut state.files)
-                .into_iter()
-                .partition(expired);
-            state.files = kept;
-            dropped
+            state.files.take_where(expired)
         };
         debug_assert_eq!(
             dropped.len(),
@@ -309,14 +305,11 @@ impl Storage {
             if let Some(job) = job {
                 state.pending.retain(|j| j.index != job.index);
             }
-            let (replaced, kept): (Vec<FileMeta>, Vec<FileMeta>) = std::mem::take(&mut state.files)
-                .into_iter()
-                .partition(|f| match (job, output) {
-                    (Some(job), _) => job.consumes(&f.path),
-                    (None, Some(output)) => supersedes(output, f),
-                    (None, None) => false,
-                });
-            state.files = kept;
+            let replaced = state.files.take_where(|f| match (job, output) {
+                (Some(job), _) => job.consumes(&f.path),
+                (None, Some(output)) => supersedes(output, f),
+                (None, None) => false,
+            });
             if let Some(output) = output {
                 if !state.files.iter().any(|f| f.path == output.path) {
                     state.add_file(output.clone())?;

@@ -50,7 +50,7 @@ impl Storage {
         let tables = self.tables.read();
         tables
             .values()
-            .flat_map(|t| t.state.read().files.clone())
+            .flat_map(|t| t.state.read().files.to_vec())
             .collect()
     }
 
@@ -81,14 +81,12 @@ impl Storage {
         for table in self.tables.read().values() {
             let removed: Vec<FileMeta> = {
                 let mut state = table.state.write();
-                let (kept, removed): (Vec<FileMeta>, Vec<FileMeta>) =
-                    std::mem::take(&mut state.files).into_iter().partition(|f| {
-                        listed.contains(f.path.as_str())
-                            || outputs.contains(f.path.as_str())
-                            || (f.compaction.is_none()
-                                && frozen.contains(&(&table.key, f.log_first, f.log_last)))
-                    });
-                state.files = kept;
+                let removed = state.files.take_where(|f| {
+                    !(listed.contains(f.path.as_str())
+                        || outputs.contains(f.path.as_str())
+                        || (f.compaction.is_none()
+                            && frozen.contains(&(&table.key, f.log_first, f.log_last))))
+                });
                 if !removed.is_empty() {
                     state.recompute_flushed_through();
                 }

@@ -25,6 +25,7 @@ use crate::compaction::CompactionSettings;
 use crate::durable::create_dir_all_durably;
 use crate::error::Result;
 use crate::ids::LogIndex;
+use crate::meta::FileMeta;
 use crate::parquet_encode::ParquetSettings;
 use crate::policies::{Policies, PolicyChange, PolicyOutcome};
 use crate::table_state::TableState;
@@ -209,14 +210,14 @@ impl Storage {
             &files,
         )
         .await?;
-        let mut states: BTreeMap<TableKey, TableState> = BTreeMap::new();
+        let mut by_table: BTreeMap<TableKey, Vec<FileMeta>> = BTreeMap::new();
         for meta in files {
             let key = TableKey::new(meta.database.clone(), meta.measurement.clone());
-            states.entry(key).or_default().add_file(meta)?;
+            by_table.entry(key).or_default().push(meta);
         }
         let mut tables = BTreeMap::new();
-        for (key, mut state) in states {
-            state.files.sort_by_key(|f| (f.log_last, f.time_min));
+        for (key, files) in by_table {
+            let state = TableState::with_files(files)?;
             tables.insert(
                 key.clone(),
                 Arc::new(Table {

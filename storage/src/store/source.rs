@@ -9,7 +9,7 @@ use super::{Storage, TableKey};
 use crate::ids::{LogIndex, TimestampNs};
 use crate::lifecycle::{without_deleted, Tombstone};
 use crate::schema::conform;
-use crate::table::{ParquetFileRef, TableSnapshot, TableSource};
+use crate::table::{SnapshotFiles, TableFiles, TableSnapshot, TableSource};
 use crate::table_state::TableState;
 
 impl TableSource for Storage {
@@ -126,53 +126,22 @@ impl Storage {
                 return None;
             }
         };
-        let mut used: Vec<usize> = Vec::new();
-        let mut files = Vec::with_capacity(state.files.len());
-        for f in &state.files {
-            if !window.overlaps(f.time_min, f.time_max) {
-                continue;
-            }
-            if only
-                .as_ref()
-                .is_some_and(|o| !o.applies_to(f.deletes_through(), f.time_min, f.time_max))
-            {
-                continue;
-            }
-            let mut applying = Vec::new();
-            for (i, t) in tombstones.iter().enumerate() {
-                if t.applies_to(f.deletes_through(), f.time_min, f.time_max) {
-                    let at = match used.iter().position(|&u| u == i) {
-                        Some(at) => at,
-                        None => {
-                            used.push(i);
-                            used.len() - 1
-                        }
-                    };
-                    applying.push(at);
-                }
-            }
-            files.push(ParquetFileRef {
-                path: f.path.clone(),
-                size_bytes: f.size_bytes,
-                rows: f.rows,
-                time_min: f.time_min,
-                time_max: f.time_max,
-                tombstones: applying,
-            });
-        }
         Some(TableSnapshot {
             database: database.to_string(),
             measurement: measurement.to_string(),
             schema: state.schema.arrow().clone(),
             tag_columns: state.schema.tag_columns(),
             memory,
-            files,
+            files: SnapshotFiles::Table(TableFiles {
+                list: state.files.clone(),
+                visible_from,
+                visible_before,
+                only: only.clone(),
+                tombstones: tombstones.clone(),
+            }),
             visible_from,
             visible_before,
-            tombstones: used
-                .into_iter()
-                .map(|i| tombstones[i].predicate.clone())
-                .collect(),
+            tombstones: tombstones.into_iter().map(|t| t.predicate).collect(),
             only_matching: only.map(|o| o.predicate),
         })
     }
@@ -183,12 +152,6 @@ impl Storage {
 struct Window {
     from: Option<TimestampNs>,
     before: Option<TimestampNs>,
-}
-
-impl Window {
-    fn overlaps(&self, min: TimestampNs, max: TimestampNs) -> bool {
-        self.from.is_none_or(|f| max >= f) && self.before.is_none_or(|b| min < b)
-    }
 }
 
 /// The table's rows in memory, conformed to its schema, inside `window` and not hidden

@@ -80,7 +80,7 @@ async fn four_segments(s: &Storage) {
 fn rows(dir: &Path, s: &Storage) -> Vec<(String, i64, Option<u64>, Option<u64>)> {
     let table = s.table("db", "cpu").unwrap();
     let mut out = Vec::new();
-    for f in &table.files {
+    for f in &table.files.all() {
         let file = std::fs::File::open(dir.join("parquet").join(&f.path)).unwrap();
         for b in ParquetRecordBatchReaderBuilder::try_new(file)
             .unwrap()
@@ -138,7 +138,7 @@ async fn two_replicas_merge_into_byte_identical_files_with_every_row() {
     four_segments(&r2).await;
     let before = rows(d1.path(), &r1);
     assert_eq!(before.len(), 12);
-    assert_eq!(r1.table("db", "cpu").unwrap().files.len(), 4);
+    assert_eq!(r1.table("db", "cpu").unwrap().files.all().len(), 4);
 
     // The leader (r1) plans; an open hour with 4 files is due.
     let now = TimestampNs(T0 + 60_000_000_000);
@@ -162,8 +162,8 @@ async fn two_replicas_merge_into_byte_identical_files_with_every_row() {
     }
     for (d, r) in [(d1.path(), &r1), (d2.path(), &r2)] {
         let table = r.table("db", "cpu").unwrap();
-        assert_eq!(table.files.len(), 1, "the four files are now one");
-        assert_eq!(table.files[0].rows, 12);
+        assert_eq!(table.files.all().len(), 1, "the four files are now one");
+        assert_eq!(table.files.all()[0].rows, 12);
         assert_eq!(rows(d, r), before, "the same rows, none lost or doubled");
     }
     let out1 = r1.files()[0].clone();

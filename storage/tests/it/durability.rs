@@ -130,7 +130,7 @@ async fn unreadable_parquet_file_is_quarantined_and_the_node_starts() {
     kept_sorted.sort();
     assert_eq!(kept_sorted, expected_kept);
     let table = s.table("db", "cpu").unwrap();
-    assert_eq!(table.files.iter().map(|f| f.rows).sum::<u64>(), 2);
+    assert_eq!(table.files.all().iter().map(|f| f.rows).sum::<u64>(), 2);
     assert_eq!(files_under(&dir.path().join("quarantine")), expected);
     assert_eq!(
         std::fs::read(dir.path().join("quarantine").join(&truncated.path)).unwrap(),

@@ -54,7 +54,7 @@ fn key() -> TableKey {
 
 fn rows_in_files(s: &Storage) -> u64 {
     s.table("db", "cpu")
-        .map(|t| t.files.iter().map(|f| f.rows).sum())
+        .map(|t| t.files.all().iter().map(|f| f.rows).sum())
         .unwrap_or(0)
 }
 
@@ -73,7 +73,7 @@ async fn merge_one_hour_of_a_two_hour_segment(s: &Storage) {
         .unwrap();
     s.apply_flush(LogIndex(4), &[key()]);
     assert!(s.persist_next().await.unwrap());
-    assert_eq!(s.table("db", "cpu").unwrap().files.len(), 3);
+    assert_eq!(s.table("db", "cpu").unwrap().files.all().len(), 3);
     let plan = s
         .compaction_candidates(TimestampNs(T0 + 3 * HOUR))
         .into_iter()
@@ -124,7 +124,7 @@ async fn a_snapshot_manifest_decides_which_files_are_live_at_open() {
             .unwrap();
         s.apply_flush(LogIndex(7), &[key()]);
         assert!(s.persist_next().await.unwrap());
-        assert_eq!(s.table("db", "cpu").unwrap().files.len(), 3);
+        assert_eq!(s.table("db", "cpu").unwrap().files.all().len(), 3);
     }
     let s = Storage::open_with(
         config(dir.path()),
@@ -135,7 +135,7 @@ async fn a_snapshot_manifest_decides_which_files_are_live_at_open() {
     )
     .await
     .unwrap();
-    let files = s.table("db", "cpu").unwrap().files;
+    let files = s.table("db", "cpu").unwrap().files.all();
     let mut paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
     paths.sort();
     let mut expected: Vec<&str> = manifest.iter().map(|f| f.path.as_str()).collect();
@@ -165,7 +165,9 @@ async fn with_no_snapshot_and_a_whole_log_every_file_is_regenerated() {
     let s = Storage::open_with(config(dir.path()), FileSet::Nothing)
         .await
         .unwrap();
-    assert!(s.table("db", "cpu").is_none_or(|t| t.files.is_empty()));
+    assert!(s
+        .table("db", "cpu")
+        .is_none_or(|t| t.files.all().is_empty()));
     assert_eq!(s.open_report().catalog.unlisted_files_deleted.len(), 2);
 }
 
@@ -229,7 +231,7 @@ async fn a_hundred_thousand_files_open_from_the_manifest() {
         let started = std::time::Instant::now();
         let table = s.table("db", "m7").unwrap();
         let viewed = started.elapsed();
-        assert_eq!(table.files.len(), 1_000);
+        assert_eq!(table.files.all().len(), 1_000);
         println!(
             "100,000 files: open {} ms ({}), one table's view {} us",
             opened.as_millis(),

@@ -51,9 +51,9 @@ async fn a_segment_is_one_sorted_file_per_hour_with_its_own_metadata() {
     assert!(s.persist_next().await.unwrap());
 
     let table = s.table("db", "cpu").unwrap();
-    assert_eq!(table.files.len(), 3, "30 rows over 3 hours: 3 files");
+    assert_eq!(table.files.all().len(), 3, "30 rows over 3 hours: 3 files");
     let mut total = 0;
-    for f in &table.files {
+    for f in &table.files.all() {
         let path = dir.path().join("parquet").join(&f.path);
         let reader =
             ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&path).unwrap()).unwrap();

@@ -33,7 +33,7 @@ fn rows_in(storage: &Storage, db: &str, m: &str) -> (usize, usize) {
     let t = storage.table(db, m).expect("table exists");
     (
         t.memory.iter().map(|b| b.num_rows()).sum(),
-        t.files.iter().map(|f| f.rows as usize).sum(),
+        t.files.all().iter().map(|f| f.rows as usize).sum(),
     )
 }
 
