@@ -65,9 +65,12 @@ pub async fn serve(config: Config) -> Result<()> {
     let recovered = quiver_raft::Recovered::load(&data_dir, &config.wal_dir())
         .context("reading the newest snapshot")?;
     let storage = Arc::new(
-        Storage::open_with(storage_config, recovered.file_set())
-            .await
-            .context("opening storage")?,
+        Storage::open_with(
+            storage_config,
+            recovered.file_set(config.peers()?.len() > 1),
+        )
+        .await
+        .context("opening storage")?,
     );
     let report = storage.open_report();
     if let Some(reason) = &report.catalog.rebuilt_because {

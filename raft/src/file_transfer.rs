@@ -30,9 +30,12 @@ pub async fn fetch_file(
         status: None,
         message,
     };
-    let response = client
-        .http()
-        .get(client.url(addr, &format!("{FILES_PATH}{}", meta.path)))
+    let path = format!("{FILES_PATH}{}", meta.path);
+    let Some(http) = client.http() else {
+        return fetch_over_transport(client, addr, &path, meta, dest).await;
+    };
+    let response = http
+        .get(client.url(addr, &path))
         .header(SECRET_HEADER, client.secret())
         .timeout(FILE_TIMEOUT)
         .send()
@@ -78,6 +81,40 @@ pub async fn fetch_file(
         .await
         .map_err(|e| protocol(format!("{}: {e}", dest.display())))?;
     Ok(())
+}
+
+/// [`fetch_file`] over a [`crate::PeerTransport`] (the simulation): the file arrives
+/// in one answer.
+async fn fetch_over_transport(
+    client: &PeerClient,
+    addr: &str,
+    path: &str,
+    meta: &FileMeta,
+    dest: &Path,
+) -> Result<(), PeerError> {
+    let protocol = |message: String| PeerError::Protocol {
+        addr: addr.to_string(),
+        status: None,
+        message,
+    };
+    let Some(transport) = client.transport() else {
+        return Err(protocol("no transport".into()));
+    };
+    let bytes = transport.send(addr, path, None, FILE_TIMEOUT).await?;
+    if bytes.len() as u64 > meta.size_bytes {
+        return Err(protocol(format!(
+            "{} is larger than the {} bytes announced",
+            meta.path, meta.size_bytes
+        )));
+    }
+    if let Some(parent) = dest.parent() {
+        tokio::fs::create_dir_all(parent)
+            .await
+            .map_err(|e| protocol(format!("{}: {e}", parent.display())))?;
+    }
+    tokio::fs::write(dest, &bytes)
+        .await
+        .map_err(|e| protocol(format!("{}: {e}", dest.display())))
 }
 
 /// Whether `path` is one Quiver serves: a relative path of plain components ending in

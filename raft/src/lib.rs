@@ -34,10 +34,10 @@ pub use file_transfer::{is_servable_path, FILES_PATH};
 pub use forward::{LeaderAnswer, LeaderRequest, FORWARD_PATH};
 pub use log_store::LogStore;
 pub use network::{paths as raft_paths, HttpNetworkFactory, HttpPeer, ReplicationLimits};
-pub use node::{PeerState, RaftConfig, RaftNode, PEER_STATE_PATH};
+pub use node::{PeerState, RaftConfig, RaftNode, Seams, PEER_STATE_PATH};
 pub use peer_client::{
-    base_url, peer_base_url, secret_matches, PeerClient, PeerError, PeerTls, INTERNAL_CONTENT_TYPE,
-    SECRET_HEADER,
+    base_url, peer_base_url, secret_matches, PeerClient, PeerError, PeerTls, PeerTransport,
+    INTERNAL_CONTENT_TYPE, SECRET_HEADER,
 };
 pub use recovery::Recovered;
 pub use state_machine::{SnapshotBuilder, StateMachine};

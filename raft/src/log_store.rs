@@ -21,6 +21,7 @@ use quiver_wal::Wal;
 
 use crate::command::Command;
 use crate::durable_file::{read_durable, write_durable};
+use crate::error::Error;
 use crate::types::{Entry, LogId, StorageError, TypeConfig, Vote};
 
 /// Bytes of decoded entries kept in memory for apply and replication.
@@ -49,6 +50,8 @@ struct State {
     last_log_id: Option<LogId>,
     vote: Option<Vote>,
     committed: Option<LogId>,
+    /// Known committed without the hint: the newest snapshot's last entry.
+    commit_floor: Option<LogId>,
     cache: BTreeMap<u64, (Entry, usize)>,
     cache_bytes: usize,
 }
@@ -142,6 +145,12 @@ impl LogStore {
         })
     }
 
+    /// Tells the store that everything up to `snapshot_last` is committed (it is in the
+    /// node's newest snapshot), whatever the commit hint says. Call before Raft starts.
+    pub fn set_commit_floor(&self, snapshot_last: Option<LogId>) {
+        self.inner.state.lock().commit_floor = snapshot_last;
+    }
+
     /// The commit index recorded before the last stop: what must be applied again
     /// before the node is ready.
     pub fn committed_at_open(&self) -> Option<u64> {
@@ -206,6 +215,39 @@ impl LogStore {
             .await
             .map_err(|e| write_err(ErrorSubject::Logs, e))
     }
+}
+
+/// After the log in `dir` was erased: the purge point becomes the snapshot's last
+/// entry (the log restarts right after it), or goes when there is no snapshot (the log
+/// restarts at 0), durably; the commit hint goes too.
+pub(crate) fn reset_points(dir: &Path, snapshot: Option<LogId>) -> Result<(), Error> {
+    match snapshot {
+        Some(last) => {
+            write_durable(&dir.join(PURGED_FILE), &last, true).map_err(Error::PurgePoint)?
+        }
+        None => remove_durably(&dir.join(PURGED_FILE))?,
+    }
+    remove_durably(&dir.join(COMMITTED_FILE))
+}
+
+fn remove_durably(path: &Path) -> Result<(), Error> {
+    let io = |source| {
+        Error::PurgePoint(crate::durable_file::DurableFileError::Io {
+            path: path.display().to_string(),
+            source,
+        })
+    };
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io(e)),
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io)?;
+    }
+    Ok(())
 }
 
 fn read_committed_file(dir: &Path) -> Option<LogId> {
@@ -279,13 +321,22 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
         let committed = read_committed_file(&self.inner.dir);
-        let last = self.inner.state.lock().last_log_id;
+        let (last, floor) = {
+            let state = self.inner.state.lock();
+            (state.last_log_id, state.commit_floor)
+        };
         // After a crash in batch mode the log may end before the recorded commit point.
-        Ok(match (committed, last) {
+        let committed = match (committed, last) {
             (Some(c), Some(l)) if c.index > l.index => Some(l),
             (Some(_), None) => None,
             (c, _) => c,
-        })
+        };
+        // Everything in the snapshot was committed, but the hint is written without fsync
+        // and not at all when a snapshot is installed: a node that caught up by snapshot
+        // and restarted before its next commit would hand openraft a commit point behind
+        // its purge point, which openraft refuses by panicking at start
+        // (`a_commit_hint_behind_the_snapshot_is_raised_to_it`).
+        Ok(committed.max(floor))
     }
 
     async fn append<I>(

@@ -113,6 +113,43 @@ impl Default for RaftConfig {
     }
 }
 
+/// A node whose log was purged past its newest snapshot (see
+/// [`Recovered::log_lost`]) cannot rebuild its state from what it holds: it closes its
+/// vote barrier (it may have lost entries it acknowledged), erases its log and purge
+/// point down to its snapshot, and is sent the rest by the leader. Each step is
+/// idempotent, so a crash part-way starts over again at the next start.
+fn start_over(
+    config: &RaftConfig,
+    fs: &dyn quiver_wal::WalFs,
+    barrier: &VoteBarrier,
+    recovered: &Recovered,
+) -> Result<(), Error> {
+    let snapshot = recovered.snapshot_last_log_id();
+    tracing::error!(
+        node_id = config.node_id,
+        ?snapshot,
+        "this node's log was purged past its newest snapshot (a snapshot install that did \
+         not finish): erasing the log; it catches up from the leader and votes again once \
+         it has"
+    );
+    barrier.close()?;
+    let erased = Wal::erase_with_fs(&config.wal.dir, fs)?;
+    crate::log_store::reset_points(&config.wal.dir, snapshot)?;
+    metrics::counter!("quiver_raft_logs_erased_total").increment(1);
+    tracing::info!(files = erased, "log erased");
+    Ok(())
+}
+
+/// What a simulation replaces in a node: the disk under the WAL and the network to its
+/// peers. The defaults are the real ones (the OS's file system, HTTP).
+#[derive(Clone, Default)]
+pub struct Seams {
+    /// The WAL's file system (`quiver_wal::testing::SimFs` in the simulation).
+    pub wal_fs: Option<Arc<dyn quiver_wal::WalFs>>,
+    /// How `/internal/` calls travel.
+    pub transport: Option<Arc<dyn crate::PeerTransport>>,
+}
+
 /// A running node's Raft side. Cheap to clone.
 #[derive(Clone)]
 pub struct RaftNode {
@@ -160,10 +197,31 @@ impl RaftNode {
         storage: Arc<Storage>,
         recovered: Recovered,
     ) -> Result<RaftNode, Error> {
+        Self::start_with(config, storage, recovered, Seams::default()).await
+    }
+
+    /// [`RaftNode::start_recovered`] with the disk under the WAL and the network to the
+    /// peers replaced by `seams` (the simulation's).
+    pub async fn start_with(
+        config: RaftConfig,
+        storage: Arc<Storage>,
+        recovered: Recovered,
+        seams: Seams,
+    ) -> Result<RaftNode, Error> {
         let wal_dir = config.wal.dir.clone();
-        let wal = Wal::open(config.wal.clone())?;
+        let wal_fs: Arc<dyn quiver_wal::WalFs> =
+            seams.wal_fs.unwrap_or_else(|| Arc::new(quiver_wal::OsFs));
+        let barrier = Arc::new(VoteBarrier::load(&wal_dir)?);
+        if recovered.log_lost() && config.peers.len() > 1 {
+            start_over(&config, &*wal_fs, &barrier, &recovered)?;
+        }
+        let wal = Wal::open_with_fs(config.wal.clone(), wal_fs)?;
         let log = LogStore::open(wal, &wal_dir).await?;
-        let peers = PeerClient::new(&config.secret, &config.peer_tls)?;
+        log.set_commit_floor(recovered.snapshot_last_log_id());
+        let peers = match seams.transport {
+            Some(transport) => PeerClient::over(transport, &config.secret),
+            None => PeerClient::new(&config.secret, &config.peer_tls)?,
+        };
         let sm = StateMachine::open_recovered(
             storage.clone(),
             &config.data_dir,
@@ -195,8 +253,11 @@ impl RaftNode {
             sm,
         )
         .await?;
-        let barrier = Arc::new(VoteBarrier::load(&wal_dir)?);
         let initialized = raft.is_initialized().await?;
+        // Whether this log directory has been this node's before: then an empty log is
+        // one that never durably held an entry (so never acknowledged one), not a lost
+        // one, and the node may vote at once.
+        let known = VoteBarrier::directory_known(&wal_dir, config.node_id)?;
         let joining =
             !config.peers.is_empty() && !config.peers.iter().any(|(id, _)| *id == config.node_id);
         let mut bootstrap_pending = false;
@@ -219,11 +280,15 @@ impl RaftNode {
                 tracing::warn!(error = %e, "initialise skipped");
             }
         } else if !initialized {
-            // An empty log in a static voter set: either the cluster is forming, or this
-            // node lost its data. Until the peers tell which, it must not vote.
-            barrier.close()?;
+            // An empty log in a static voter set: the cluster is forming, this node lost
+            // its data, or it never stored an entry before it stopped. In the first two
+            // cases it must not vote until the peers tell which.
+            if !known {
+                barrier.close()?;
+            }
             bootstrap_pending = true;
         }
+        VoteBarrier::mark_directory(&wal_dir, config.node_id)?;
         if let Some(reason) = barrier.refusal() {
             tracing::warn!(node_id = config.node_id, "{reason}");
         }

@@ -11,6 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -90,12 +91,35 @@ pub struct PeerTls {
     pub roots: Vec<reqwest::Certificate>,
 }
 
+/// How `/internal/` calls travel when not over HTTP: an in-process network a test or
+/// the simulation provides (it can drop, delay and partition), handed to
+/// [`PeerClient::over`]. Everything nodes say to each other goes through one client,
+/// so one seam covers Raft RPCs, forwarded writes, peer state and file transfers.
+pub trait PeerTransport: Send + Sync + 'static {
+    /// Delivers a call to `path` on the peer at `addr`: a POST of `body` (MessagePack),
+    /// or a GET when `body` is `None`. Returns the answer's body, or the failure as the
+    /// HTTP wire would report it (a non-2xx answer is [`PeerError::Protocol`] with its
+    /// status).
+    fn send(
+        &self,
+        addr: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
+        timeout: Duration,
+    ) -> BoxFuture<'static, Result<Vec<u8>, PeerError>>;
+}
+
+#[derive(Clone)]
+enum Wire {
+    Http { http: reqwest::Client, https: bool },
+    Custom(Arc<dyn PeerTransport>),
+}
+
 /// A client for `/internal/` calls. Cheap to clone.
 #[derive(Clone)]
 pub struct PeerClient {
-    http: reqwest::Client,
+    wire: Wire,
     secret: Arc<str>,
-    https: bool,
 }
 
 impl PeerClient {
@@ -115,25 +139,61 @@ impl PeerClient {
             .build()
             .map_err(|e| Error::Config(format!("peer HTTP client: {e}")))?;
         Ok(PeerClient {
-            http,
+            wire: Wire::Http {
+                http,
+                https: tls.https,
+            },
             secret: Arc::from(secret),
-            https: tls.https,
         })
+    }
+
+    /// A client whose calls travel over `transport` instead of HTTP.
+    pub fn over(transport: Arc<dyn PeerTransport>, secret: &str) -> Self {
+        PeerClient {
+            wire: Wire::Custom(transport),
+            secret: Arc::from(secret),
+        }
     }
 
     /// The URL of `path` on the peer at `addr`, over https when TLS is on.
     pub fn url(&self, addr: &str, path: &str) -> String {
-        format!("{}{path}", peer_base_url(addr, self.https))
+        let https = matches!(self.wire, Wire::Http { https: true, .. });
+        format!("{}{path}", peer_base_url(addr, https))
     }
 
-    /// The underlying HTTP client (for streaming calls).
-    pub fn http(&self) -> &reqwest::Client {
-        &self.http
+    /// The HTTP client, when calls travel over HTTP (streaming file transfers).
+    pub(crate) fn http(&self) -> Option<&reqwest::Client> {
+        match &self.wire {
+            Wire::Http { http, .. } => Some(http),
+            Wire::Custom(_) => None,
+        }
+    }
+
+    /// The custom transport, when calls do not travel over HTTP.
+    pub(crate) fn transport(&self) -> Option<&Arc<dyn PeerTransport>> {
+        match &self.wire {
+            Wire::Http { .. } => None,
+            Wire::Custom(t) => Some(t),
+        }
     }
 
     /// The secret to present.
     pub fn secret(&self) -> &str {
         &self.secret
+    }
+
+    /// Whether `path` on the peer at `addr` answers 2xx within `timeout` (a health
+    /// probe; no secret is sent).
+    pub async fn probe(&self, addr: &str, path: &str, timeout: Duration) -> bool {
+        match &self.wire {
+            Wire::Http { http, .. } => http
+                .get(self.url(addr, path))
+                .timeout(timeout)
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success()),
+            Wire::Custom(t) => t.send(addr, path, None, timeout).await.is_ok(),
+        }
     }
 
     /// GETs `addr` + `path` and decodes the MessagePack answer.
@@ -143,8 +203,14 @@ impl PeerClient {
         path: &str,
         timeout: Duration,
     ) -> Result<Resp, PeerError> {
-        let response = self
-            .http
+        let http = match &self.wire {
+            Wire::Http { http, .. } => http,
+            Wire::Custom(t) => {
+                let bytes = t.send(addr, path, None, timeout).await?;
+                return decode_body(addr, None, &bytes);
+            }
+        };
+        let response = http
             .get(self.url(addr, path))
             .header(SECRET_HEADER, &*self.secret)
             .timeout(timeout)
@@ -175,11 +241,7 @@ impl PeerClient {
                 ),
             });
         }
-        rmp_serde::from_slice(&bytes).map_err(|e| PeerError::Protocol {
-            addr: addr.to_string(),
-            status: Some(status.as_u16()),
-            message: format!("decoding the answer: {e}"),
-        })
+        decode_body(addr, Some(status.as_u16()), &bytes)
     }
 
     /// POSTs `request` to `addr` + `path` and decodes the answer.
@@ -195,8 +257,14 @@ impl PeerClient {
             status: None,
             message: format!("encoding the request: {e}"),
         })?;
-        let response = self
-            .http
+        let http = match &self.wire {
+            Wire::Http { http, .. } => http,
+            Wire::Custom(t) => {
+                let bytes = t.send(addr, path, Some(body), timeout).await?;
+                return decode_body(addr, None, &bytes);
+            }
+        };
+        let response = http
             .post(self.url(addr, path))
             .header(SECRET_HEADER, &*self.secret)
             .header(reqwest::header::CONTENT_TYPE, INTERNAL_CONTENT_TYPE)
@@ -207,6 +275,18 @@ impl PeerClient {
             .map_err(|e| transport_error(addr, timeout, e))?;
         self.decode_answer(addr, timeout, response).await
     }
+}
+
+fn decode_body<Resp: DeserializeOwned>(
+    addr: &str,
+    status: Option<u16>,
+    bytes: &[u8],
+) -> Result<Resp, PeerError> {
+    rmp_serde::from_slice(bytes).map_err(|e| PeerError::Protocol {
+        addr: addr.to_string(),
+        status,
+        message: format!("decoding the answer: {e}"),
+    })
 }
 
 fn transport_error(addr: &str, timeout: Duration, e: reqwest::Error) -> PeerError {

@@ -19,8 +19,8 @@ use crate::types::{LogId, SnapshotMeta};
 pub struct Recovered {
     /// The newest snapshot on disk, read whole.
     pub(crate) snapshot: Option<(SnapshotMeta, MemoryImage)>,
-    /// Whether the log was ever purged (then it no longer starts at the first entry).
-    log_purged: bool,
+    /// The log's purge point: it no longer holds the entries up to it.
+    purged: Option<LogId>,
 }
 
 impl Recovered {
@@ -32,20 +32,40 @@ impl Recovered {
         };
         let purged: Option<LogId> =
             read_durable(&wal_dir.join(PURGED_FILE)).map_err(Error::PurgePoint)?;
-        Ok(Recovered {
-            snapshot,
-            log_purged: purged.is_some(),
-        })
+        Ok(Recovered { snapshot, purged })
     }
 
-    /// The Parquet files storage must open with.
-    pub fn file_set(&self) -> FileSet {
-        match (&self.snapshot, self.log_purged) {
+    /// Whether the log was purged past everything the newest snapshot holds (or with no
+    /// snapshot at all): the entries between are gone, so neither the snapshot nor the
+    /// log can bring the state machine to where it was. openraft purges a follower's log
+    /// when it starts to install a leader's snapshot, before that install has succeeded;
+    /// a node whose install failed (a file of it could not be fetched) and that
+    /// restarted is left so. In a cluster it starts over from its peers
+    /// ([`crate::RaftNode::start_with`] erases its log and closes its vote barrier).
+    pub fn log_lost(&self) -> bool {
+        match (self.purged, self.snapshot_last_log_id()) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            (Some(purged), Some(snapshot)) => snapshot.index < purged.index,
+        }
+    }
+
+    /// The Parquet files storage must open with. `clustered`: the node has peers to
+    /// catch up from, so a lost log (see [`Recovered::log_lost`]) starts it over.
+    pub fn file_set(&self, clustered: bool) -> FileSet {
+        match (&self.snapshot, self.purged.is_some()) {
             (Some((_, image)), _) => FileSet::Manifest {
                 files: image.files.clone(),
                 jobs: image.compactions.clone(),
             },
             (None, false) => FileSet::Nothing,
+            (None, true) if clustered => {
+                tracing::error!(
+                    "the log was purged but no snapshot is left: this node starts over and \
+                     is sent everything again by its peers"
+                );
+                FileSet::Nothing
+            }
             (None, true) => {
                 tracing::error!(
                     "the log was purged but no snapshot is left: opening the Parquet files as \

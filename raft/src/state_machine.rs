@@ -370,10 +370,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let meta_owned = meta.clone();
         // Files removed above are deleted only after this node's next own snapshot: this
         // one may still list files the node removed before it (it replaced them sooner).
-        tokio::task::spawn_blocking(move || write_snapshot(&dir, &meta_owned, &image))
-            .await
-            .map_err(|e| snapshot_err(ErrorVerb::Write, e))?
-            .map_err(|e| snapshot_err(ErrorVerb::Write, e))?;
+        let guard = self.storage.background_io();
+        tokio::task::spawn_blocking(move || {
+            let _guard = guard;
+            write_snapshot(&dir, &meta_owned, &image)
+        })
+        .await
+        .map_err(|e| snapshot_err(ErrorVerb::Write, e))?
+        .map_err(|e| snapshot_err(ErrorVerb::Write, e))?;
         *self.applied.lock() = Applied {
             last_applied: meta.last_log_id,
             membership: meta.last_membership.clone(),
@@ -388,6 +392,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             return Ok(None);
         };
         let meta = read_meta(&path).map_err(|e| snapshot_err(ErrorVerb::Read, e))?;
+        // openraft asks for the current snapshot to send it to a follower.
+        self.storage.snapshot_handed_out();
         let file = tokio::fs::File::open(&path)
             .await
             .map_err(|e| snapshot_err(ErrorVerb::Read, e))?;
@@ -427,10 +433,14 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let dir = self.dir.clone();
         let meta_owned = meta.clone();
         let started = std::time::Instant::now();
-        let path = tokio::task::spawn_blocking(move || write_snapshot(&dir, &meta_owned, &image))
-            .await
-            .map_err(|e| snapshot_err(ErrorVerb::Write, e))?
-            .map_err(|e| snapshot_err(ErrorVerb::Write, e))?;
+        let guard = self.storage.background_io();
+        let path = tokio::task::spawn_blocking(move || {
+            let _guard = guard;
+            write_snapshot(&dir, &meta_owned, &image)
+        })
+        .await
+        .map_err(|e| snapshot_err(ErrorVerb::Write, e))?
+        .map_err(|e| snapshot_err(ErrorVerb::Write, e))?;
         self.storage.snapshot_durable(generation);
         tracing::info!(path = %path.display(), last = ?meta.last_log_id, ms = started.elapsed().as_millis() as u64, "snapshot built");
         metrics::counter!("quiver_snapshots_built_total").increment(1);

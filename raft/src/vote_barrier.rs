@@ -13,6 +13,13 @@
 //!
 //! The closed state is persisted (`raft-vote-barrier` beside the log), so a node that
 //! crashes while catching up, with a partial log, does not come back as a full voter.
+//!
+//! An empty log is not always a lost one: a node that lost power before its first
+//! fsync (it had acknowledged nothing) has one too. A marker written the first time a
+//! node starts on a log directory (`raft-node`, fsynced) tells them apart: with it, an
+//! empty log never held an acknowledged entry and the node votes at once. Without this,
+//! two such nodes of three (one wiped, one that lost power early) left the third unable
+//! to win an election, forever (found by the simulation, `raft/tests/it/sim`).
 
 use std::path::{Path, PathBuf};
 
@@ -22,6 +29,10 @@ use serde::{Deserialize, Serialize};
 use crate::durable_file::{read_durable, write_durable, DurableFileError};
 
 const BARRIER_FILE: &str = "raft-vote-barrier";
+/// Written (fsynced) the first time a node starts on a log directory: present, the
+/// directory is this node's own and was never wiped, so an empty log in it never
+/// acknowledged an entry; absent with an empty log, the node is new or lost its data.
+const NODE_FILE: &str = "raft-node";
 
 /// The persisted state of a closed barrier.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,6 +56,29 @@ impl VoteBarrier {
             path,
             closed: Mutex::new(closed),
         })
+    }
+
+    /// Whether `dir` was this node's log directory before (see `NODE_FILE`). A marker
+    /// naming another node is an error: the directory belongs to someone else.
+    pub fn directory_known(dir: &Path, node_id: u64) -> Result<bool, DurableFileError> {
+        match read_durable::<u64>(&dir.join(NODE_FILE))? {
+            None => Ok(false),
+            Some(id) if id == node_id => Ok(true),
+            Some(id) => Err(DurableFileError::Io {
+                path: dir.join(NODE_FILE).display().to_string(),
+                source: std::io::Error::other(format!(
+                    "this log directory belongs to node {id}, not to node {node_id}"
+                )),
+            }),
+        }
+    }
+
+    /// Marks `dir` as this node's log directory, durably (once).
+    pub fn mark_directory(dir: &Path, node_id: u64) -> Result<(), DurableFileError> {
+        if Self::directory_known(dir, node_id)? {
+            return Ok(());
+        }
+        write_durable(&dir.join(NODE_FILE), &node_id, true)
     }
 
     /// Closes the barrier, durably: this node may not vote until it has caught up.

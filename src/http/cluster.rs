@@ -86,14 +86,7 @@ pub async fn cluster_status(
 }
 
 async fn probe(app: &AppState, addr: &str) -> bool {
-    app.node
-        .peers
-        .http()
-        .get(app.node.peers.url(addr, "/health"))
-        .timeout(PROBE_TIMEOUT)
-        .send()
-        .await
-        .is_ok_and(|r| r.status().is_success())
+    app.node.peers.probe(addr, "/health", PROBE_TIMEOUT).await
 }
 
 #[derive(Debug, Deserialize)]

@@ -61,8 +61,8 @@ pub use schema::{
     FieldType, MeasurementSchema, TIME_COLUMN, TIME_TYPE,
 };
 pub use store::{
-    rows_at_or_after, split_past_retention, DeleteOutcome, MemoryImage, OpenReport, Storage,
-    StorageConfig, StorageStats, TableImage, TableKey, TableSummary, View, ViewSource,
+    rows_at_or_after, split_past_retention, DeleteOutcome, IoGuard, MemoryImage, OpenReport,
+    Storage, StorageConfig, StorageStats, TableImage, TableKey, TableSummary, View, ViewSource,
 };
 pub use table::{ParquetFileRef, SnapshotFiles, TableFiles, TableSnapshot, TableSource};
 pub use table_state::{Buffered, Frozen};

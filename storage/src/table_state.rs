@@ -165,12 +165,23 @@ impl TableState {
             .max(self.flushed_through);
     }
 
-    /// Records that the oldest frozen segment is now the given files. Returns the bytes
-    /// of memory released.
+    /// Whether the oldest frozen segment is the one ending at `log_last`: it is not
+    /// when a snapshot installed while the segment was being written replaced the
+    /// table's memory (segments end at flush entries, so an equal end is an equal
+    /// segment).
+    pub fn oldest_segment_ends_at(&self, log_last: LogIndex) -> bool {
+        self.frozen.front().map(|f| f.log_last) == Some(log_last)
+    }
+
+    /// Records that the oldest frozen segment is now the given files (the caller has
+    /// checked [`TableState::oldest_segment_ends_at`]). Returns the bytes of memory
+    /// released.
     pub fn segment_written(&mut self, log_last: LogIndex, files: Vec<FileMeta>) -> usize {
-        let front = self.frozen.front().map(|f| f.log_last);
-        debug_assert_eq!(front, Some(log_last), "segments must be written in order");
-        if front != Some(log_last) {
+        debug_assert!(
+            self.oldest_segment_ends_at(log_last),
+            "segments are written in order"
+        );
+        if !self.oldest_segment_ends_at(log_last) {
             return 0;
         }
         self.files.append(files);

@@ -5,6 +5,7 @@
 
 use std::{
     ops::Range,
+    path::Path,
     sync::Arc,
     thread::{self, JoinHandle},
 };
@@ -16,9 +17,9 @@ use tokio::sync::{mpsc, oneshot};
 use crate::{
     config::{SyncMode, WalConfig},
     error::{Error, Result},
-    format::PAYLOAD_BYTES_MAX,
+    format::{self, PAYLOAD_BYTES_MAX},
     fs::{create_dir_durably, OsFs, WalFs},
-    reader,
+    marker, reader,
     recovery::{self, RecoveryReport},
     state::{Shared, State},
     stats::{Counters, WalStats},
@@ -122,6 +123,49 @@ impl Wal {
                 _writer: WriterThread(Some(handle)),
             }),
         })
+    }
+
+    /// Deletes every file of the log in `dir` (segments from the newest down, then the
+    /// purge marker) and fsyncs the directory: the next [`Wal::open`] finds an empty log
+    /// that starts at index 0. For a replica whose log can no longer be used (it was
+    /// purged past anything its snapshots hold) and that will be sent everything again.
+    /// A crash part-way leaves a shorter log of contiguous older records; erasing again
+    /// finishes. Returns how many files were deleted.
+    pub fn erase_with_fs(dir: &Path, fs: &dyn WalFs) -> Result<usize> {
+        if !fs.exists(dir).map_err(|e| Error::io(dir, e))? {
+            return Ok(0);
+        }
+        let names = fs.list_dir(dir).map_err(|e| Error::io(dir, e))?;
+        let mut segments: Vec<(u64, std::ffi::OsString)> = names
+            .iter()
+            .filter_map(|n| {
+                let first = format::parse_segment_file_name(n.to_str()?)?;
+                Some((first, n.clone()))
+            })
+            .collect();
+        segments.sort_by_key(|s| std::cmp::Reverse(s.0));
+        let mut deleted = 0;
+        let mut remove = |name: &std::ffi::OsStr| -> Result<()> {
+            let path = dir.join(name);
+            match fs.remove_file(&path) {
+                Ok(()) => {
+                    deleted += 1;
+                    Ok(())
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(Error::io(&path, e)),
+            }
+        };
+        for (_, name) in &segments {
+            remove(name)?;
+        }
+        for name in [marker::MARKER_FILE, marker::MARKER_TMP_FILE] {
+            if names.iter().any(|n| n == name) {
+                remove(std::ffi::OsStr::new(name))?;
+            }
+        }
+        fs.sync_dir(dir).map_err(|e| Error::io(dir, e))?;
+        Ok(deleted)
     }
 
     /// What recovery found and repaired when this log was opened.

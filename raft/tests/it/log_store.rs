@@ -84,3 +84,34 @@ async fn truncate_then_append_a_new_term_survives_a_restart() {
     let terms: Vec<u64> = entries.iter().map(|e| e.log_id.leader_id.term).collect();
     assert_eq!(terms, vec![1, 1, 1, 2, 2]);
 }
+
+/// A node that caught up by snapshot (its log purged past anything it ever committed)
+/// and restarted before its next commit: openraft panics at start when the commit point
+/// it reads is behind the purge point, so the store raises it to the newest snapshot.
+#[tokio::test]
+async fn a_commit_hint_behind_the_snapshot_is_raised_to_it() {
+    let snapshot = LogId::new(CommittedLeaderId::new(1, 1), 7);
+    for hint in [Some(LogId::new(CommittedLeaderId::new(1, 1), 2)), None] {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut store = open(dir.path()).await;
+            append(&mut store, (0..10).map(|i| entry(1, i)).collect()).await;
+            if hint.is_some() {
+                store.save_committed(hint).await.unwrap();
+            }
+            store.purge(snapshot).await.unwrap();
+        }
+        let mut store = open(dir.path()).await;
+        assert_eq!(
+            store.read_committed().await.unwrap(),
+            hint,
+            "the hint alone"
+        );
+        store.set_commit_floor(Some(snapshot));
+        assert_eq!(
+            store.read_committed().await.unwrap(),
+            Some(snapshot),
+            "hint {hint:?}"
+        );
+    }
+}

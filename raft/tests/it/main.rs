@@ -2,4 +2,5 @@
 //! restart behaviour of the log store.
 
 mod log_store;
+mod sim;
 mod suite;

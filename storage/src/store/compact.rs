@@ -138,7 +138,9 @@ impl Storage {
         let memory_bytes_max = self.config.compaction.memory_bytes_max;
         let staged = self.staging_path(&format!("compaction-{}.parquet", job.index.0));
         let job_owned = job.clone();
+        let guard = self.background_io();
         let output = run_low_priority(move || {
+            let _guard = guard;
             let mut on_disk = Vec::with_capacity(inputs.len());
             for meta in inputs {
                 let path = local.path_to_filesystem(&ObjectPath::from(meta.path.as_str()))?;
@@ -181,7 +183,12 @@ impl Storage {
         if let Some(output) = &output {
             self.catalog.insert(std::slice::from_ref(output))?;
         }
-        let replaced = self.install_output(&table_key, Some(&job), output.as_ref())?;
+        let replaced = self.install_output(
+            &table_key,
+            Some(&job),
+            output.as_ref(),
+            OutputOrigin::Merged,
+        )?;
         let bytes_in: u64 = replaced.iter().map(|f| f.size_bytes).sum();
         let (rows_out, bytes_out) = output.as_ref().map_or((0, 0), |o| (o.rows, o.size_bytes));
         metrics::counter!("quiver_compactions_total").increment(1);
@@ -207,6 +214,10 @@ impl Storage {
         let table = self.table(table_key);
         let dropped = {
             let mut state = table.state.write();
+            if !state.pending.iter().any(|j| j.index == job.index) {
+                // A snapshot installed since the job was picked decides these files.
+                return Ok(true);
+            }
             state.pending.retain(|j| j.index != job.index);
             let expired = |f: &FileMeta| {
                 job.consumes(&f.path)
@@ -298,10 +309,36 @@ impl Storage {
         key: &TableKey,
         job: Option<&CompactionJob>,
         output: Option<&FileMeta>,
+        origin: OutputOrigin,
     ) -> Result<Vec<FileMeta>> {
         let table = self.table(key);
         let replaced = {
             let mut state = table.state.write();
+            if let (Some(job), OutputOrigin::Merged) = (job, origin) {
+                // A snapshot installed while the job ran may have taken its inputs away
+                // (replaced by a later output the snapshot lists): putting this output
+                // in would hold their rows twice. Moot then; the file stays unlisted on
+                // disk until the next start removes it (a later re-run of the same job
+                // writes the same bytes to the same path).
+                let pending = state.pending.iter().any(|j| j.index == job.index);
+                let inputs_here = job
+                    .request
+                    .inputs
+                    .iter()
+                    .all(|i| state.files.iter().any(|f| f.path == i.path));
+                if !(pending && inputs_here) {
+                    let listed =
+                        output.is_some_and(|o| state.files.iter().any(|f| f.path == o.path));
+                    drop(state);
+                    if let (Some(output), false) = (output, listed) {
+                        self.catalog.remove(&output.path)?;
+                    }
+                    tracing::info!(table = %key, index = job.index.0,
+                        "compaction moot: a snapshot installed meanwhile replaced its inputs");
+                    metrics::counter!("quiver_compactions_moot_total").increment(1);
+                    return Ok(Vec::new());
+                }
+            }
             if let Some(job) = job {
                 state.pending.retain(|j| j.index != job.index);
             }
@@ -355,10 +392,20 @@ impl Storage {
                     .find(|j| j.index == mark.index)
                     .cloned()
             });
-            self.install_output(&key, job.as_ref(), Some(meta))?;
+            self.install_output(&key, job.as_ref(), Some(meta), OutputOrigin::Adopted)?;
         }
         Ok(())
     }
+}
+
+/// Where an output being installed comes from.
+#[derive(Debug, Clone, Copy)]
+enum OutputOrigin {
+    /// Merged here by a job picked earlier: valid only if the job is still queued and
+    /// its inputs are still here.
+    Merged,
+    /// Fetched from a peer because an installed snapshot lists it: always installed.
+    Adopted,
 }
 
 /// Runs `work` on a thread of its own at a lower priority, so a merge competes with

@@ -18,13 +18,14 @@ use std::time::{Duration, Instant};
 
 use object_store::path::Path as ObjectPath;
 
-use super::Storage;
+use super::{Storage, TableKey};
 use crate::error::Result;
 use crate::meta::FileMeta;
 
 /// A file removed from its table, waiting to be deleted.
 #[derive(Debug, Clone)]
 pub(crate) struct Condemned {
+    table: TableKey,
     path: String,
     /// End of the grace period.
     due: Instant,
@@ -49,11 +50,24 @@ impl Storage {
         self.condemned
             .lock()
             .extend(files.iter().map(|f| Condemned {
+                table: TableKey::new(f.database.as_str(), f.measurement.as_str()),
                 path: f.path.clone(),
                 due,
                 generation,
             }));
         Ok(())
+    }
+
+    /// Tells storage that a snapshot is being sent to a peer: the peer fetches the files
+    /// it lists after receiving it, so no removed file (any of them may be listed) is
+    /// deleted for another grace period from now. Without this, a follower receiving an
+    /// older snapshot while the leader replaced and deleted files it lists failed its
+    /// install (found by the simulation, `raft/tests/it/sim`).
+    pub fn snapshot_handed_out(&self) {
+        let due = Instant::now() + Duration::from_millis(self.config.compaction.input_grace_ms);
+        for c in self.condemned.lock().iter_mut() {
+            c.due = c.due.max(due);
+        }
     }
 
     /// The removal generation now; a memory image reads it before the tables.
@@ -85,6 +99,11 @@ impl Storage {
         };
         let mut deleted = 0;
         for c in due {
+            if self.lists(&c.table, &c.path) {
+                // Listed again (the same job re-run, or a snapshot naming the same
+                // output): the path now holds a live file.
+                continue;
+            }
             let path = match self
                 .local
                 .path_to_filesystem(&ObjectPath::from(c.path.as_str()))
@@ -109,6 +128,13 @@ impl Storage {
             metrics::counter!("quiver_parquet_files_deleted_total").increment(deleted as u64);
         }
         deleted
+    }
+
+    fn lists(&self, table: &TableKey, path: &str) -> bool {
+        self.tables
+            .read()
+            .get(table)
+            .is_some_and(|t| t.state.read().files.iter().any(|f| f.path == path))
     }
 
     /// When the next removed file may be deleted, if one only waits for its grace

@@ -171,6 +171,10 @@ pub struct Storage {
     compaction_wakeup: tokio::sync::Notify,
     /// Files replaced by compactions, waiting out their grace period.
     condemned: parking_lot::Mutex<Vec<condemned::Condemned>>,
+    /// Segment writes still to fail (see `Storage::inject_persist_failures`).
+    persist_faults: std::sync::atomic::AtomicU32,
+    /// File operations running on threads of their own (see `Storage::background_io`).
+    io_in_flight: Arc<AtomicUsize>,
     /// Counts removals of files from the tables; a memory image records the count it
     /// saw before it read the tables (see [`Storage::snapshot_durable`]).
     file_generation: AtomicU64,
@@ -178,6 +182,17 @@ pub struct Storage {
     /// below it is listed by no snapshot any more, so it may leave the disk.
     durable_generation: AtomicU64,
     report: OpenReport,
+}
+
+/// A file operation running on a thread of its own, counted while it lives (see
+/// [`Storage::background_io`]).
+#[must_use = "the operation counts only while the guard lives"]
+pub struct IoGuard(Arc<AtomicUsize>);
+
+impl Drop for IoGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl Storage {
@@ -242,10 +257,26 @@ impl Storage {
             policies: RwLock::new(Policies::default()),
             compaction_wakeup: tokio::sync::Notify::new(),
             condemned: parking_lot::Mutex::new(Vec::new()),
+            persist_faults: std::sync::atomic::AtomicU32::new(0),
+            io_in_flight: Arc::new(AtomicUsize::new(0)),
             file_generation: AtomicU64::new(0),
             durable_generation: AtomicU64::new(0),
             report,
         })
+    }
+
+    /// Counts a file operation that runs on a thread of its own (a segment, a merge, a
+    /// snapshot being written) until the guard drops, so a node that stops can wait
+    /// until nothing writes into its directories any more ([`Storage::io_in_flight`]).
+    pub fn background_io(&self) -> IoGuard {
+        self.io_in_flight
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        IoGuard(self.io_in_flight.clone())
+    }
+
+    /// File operations still running on threads of their own.
+    pub fn io_in_flight(&self) -> usize {
+        self.io_in_flight.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Applies a committed change of the replicated settings at `index`.

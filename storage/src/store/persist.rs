@@ -68,31 +68,29 @@ impl Storage {
             return Ok(false);
         };
         let started = Instant::now();
-        let written = match self.write_segment(&table.key, &segment).await {
-            Ok(files) => self.catalog.insert(&files).map(|()| files),
-            Err(e) => Err(e),
+        let written = match self.injected_persist_failure() {
+            Some(e) => Err(e),
+            None => self.write_segment(&table.key, &segment).await,
         };
         let files = match written {
             Ok(files) => files,
-            Err(e) => {
-                let mut backoff = self.persist_backoff.lock();
-                let entry = backoff.entry(table.key.clone()).or_insert(Backoff {
-                    failures: 0,
-                    retry_at: now,
-                });
-                entry.failures = entry.failures.saturating_add(1);
-                let wait_ms =
-                    (PERSIST_BACKOFF_MS_MIN << entry.failures.min(16)).min(PERSIST_BACKOFF_MS_MAX);
-                entry.retry_at = Instant::now() + Duration::from_millis(wait_ms);
-                let failures = entry.failures;
-                metrics::gauge!("quiver_tables_failing_to_flush").set(backoff.len() as f64);
-                return Err(Error::SegmentNotWritten {
-                    table: table.key.to_string(),
-                    failures,
-                    retry_ms: wait_ms,
-                    source: Box::new(e),
-                });
+            Err(e) => return Err(self.persist_failed(&table.key, now, e)),
+        };
+        let released = {
+            let mut state = table.state.write();
+            if !state.oldest_segment_ends_at(segment.log_last) {
+                // A snapshot installed meanwhile replaced this table's memory: the rows
+                // are in what it installed. The files stay on disk, listed nowhere, until
+                // the next start deletes them (the newest snapshot does not list them).
+                tracing::info!(table = %table.key, log_last = segment.log_last.0,
+                    "a segment written while a snapshot was installed is not recorded");
+                return Ok(true);
             }
+            if let Err(e) = self.catalog.insert(&files) {
+                drop(state);
+                return Err(self.persist_failed(&table.key, now, e));
+            }
+            state.segment_written(segment.log_last, files.clone())
         };
         {
             let mut backoff = self.persist_backoff.lock();
@@ -101,10 +99,6 @@ impl Storage {
             }
             metrics::gauge!("quiver_tables_failing_to_flush").set(backoff.len() as f64);
         }
-        let released = table
-            .state
-            .write()
-            .segment_written(segment.log_last, files.clone());
         self.memory_bytes
             .fetch_sub(released.min(self.memory_bytes()), Ordering::Relaxed);
         let bytes: u64 = files.iter().map(|f| f.size_bytes).sum();
@@ -115,6 +109,28 @@ impl Storage {
             log_first = segment.log_first.0, log_last = segment.log_last.0,
             ms = started.elapsed().as_millis() as u64, "segment written");
         Ok(true)
+    }
+
+    /// Puts a table whose segment could not be written into backoff (other tables go
+    /// on) and says so.
+    fn persist_failed(&self, key: &TableKey, now: Instant, e: Error) -> Error {
+        let mut backoff = self.persist_backoff.lock();
+        let entry = backoff.entry(key.clone()).or_insert(Backoff {
+            failures: 0,
+            retry_at: now,
+        });
+        entry.failures = entry.failures.saturating_add(1);
+        let wait_ms =
+            (PERSIST_BACKOFF_MS_MIN << entry.failures.min(16)).min(PERSIST_BACKOFF_MS_MAX);
+        entry.retry_at = Instant::now() + Duration::from_millis(wait_ms);
+        let failures = entry.failures;
+        metrics::gauge!("quiver_tables_failing_to_flush").set(backoff.len() as f64);
+        Error::SegmentNotWritten {
+            table: key.to_string(),
+            failures,
+            retry_ms: wait_ms,
+            source: Box::new(e),
+        }
     }
 
     /// How long until a table waiting out a failed write may be tried again, if any
@@ -136,7 +152,9 @@ impl Storage {
         let (database, measurement) = (key.database.clone(), key.measurement.clone());
         let segment_owned = segment.clone();
         let local = self.local.clone();
+        let guard = self.background_io();
         tokio::task::spawn_blocking(move || {
+            let _guard = guard;
             let source = SegmentSource {
                 database: &database,
                 measurement: &measurement,
@@ -175,6 +193,23 @@ impl Storage {
             .is_some_and(|t| t.state.read().files.iter().any(|f| f.path == meta.path))
     }
 
+    /// Makes the next `count` segment writes fail as a disk error would (before any
+    /// byte is written): the fault point the simulation and tests use to check that a
+    /// failed flush loses nothing and is retried.
+    pub fn inject_persist_failures(&self, count: u32) {
+        self.persist_faults.fetch_add(count, Ordering::SeqCst);
+    }
+
+    fn injected_persist_failure(&self) -> Option<Error> {
+        self.persist_faults
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .ok()
+            .map(|_| Error::Io {
+                path: self.config.dir.join("parquet"),
+                source: std::io::Error::other("injected persist failure"),
+            })
+    }
+
     /// Where a file being received from a peer is staged: inside the storage directory,
     /// so adopting it is a rename on the same filesystem.
     pub fn incoming_path(&self, meta: &FileMeta) -> PathBuf {
@@ -210,7 +245,9 @@ impl Storage {
             .local
             .path_to_filesystem(&ObjectPath::from(meta.path.as_str()))?;
         let (staged_owned, expected) = (staged.to_path_buf(), meta.clone());
+        let guard = self.background_io();
         tokio::task::spawn_blocking(move || {
+            let _guard = guard;
             // Checked before the move, so a wrong file never sits under a final name.
             let found = read_staged_footer(&staged_owned, &expected.path)?;
             if found != expected {

@@ -2,7 +2,7 @@
 
 use quiver_wal::{SyncMode, Wal};
 
-use crate::common::{callback, open, payload};
+use crate::common::{append_durable, callback, open, open_small, payload};
 
 fn assert_send<T: Send>(value: T) -> T {
     value
@@ -40,4 +40,29 @@ async fn empty_append_is_acknowledged_in_order() {
     // The empty append's callback ran, so the one before it had run already.
     assert!(matches!(first_durable.await, Ok(Ok(()))));
     assert_eq!(wal.stats().appends, 2);
+}
+
+#[tokio::test]
+async fn an_erased_log_opens_empty_and_starts_at_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let wal = open_small(dir.path(), 4 << 10);
+        let records: Vec<_> = (0..40).map(|i| (i, payload(i, 500))).collect();
+        append_durable(&wal, records).await.unwrap();
+        wal.purge_to(9).await.unwrap();
+        assert!(wal.stats().segments > 2, "several segments to delete");
+    }
+    let deleted = Wal::erase_with_fs(dir.path(), &quiver_wal::OsFs).unwrap();
+    assert!(deleted > 2, "segments and the purge marker: {deleted}");
+    let wal = open_small(dir.path(), 4 << 10);
+    assert_eq!((wal.first_index(), wal.next_index()), (None, 0));
+    append_durable(&wal, vec![(0, payload(0, 10))])
+        .await
+        .unwrap();
+    assert_eq!(wal.read(0).unwrap(), Some(payload(0, 10)));
+    // Erasing a directory that does not exist is nothing to do.
+    assert_eq!(
+        Wal::erase_with_fs(&dir.path().join("absent"), &quiver_wal::OsFs).unwrap(),
+        0
+    );
 }

@@ -1,0 +1,208 @@
+//! One simulated node: a real `RaftNode` over real storage in a temporary directory,
+//! its WAL on a `SimFs` (a disk that models power loss exactly), its network a
+//! [`SimLink`](super::net). Crashing it stops everything it runs, waits until nothing
+//! holds its storage any more (no second instance ever opens the same directory while
+//! the first still writes), then cuts power to its WAL disk.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use quiver_raft::{NodeId, RaftConfig, RaftNode, Recovered, ReplicationLimits, Seams};
+use quiver_storage::compaction::CompactionSettings;
+use quiver_storage::{Storage, StorageConfig};
+use quiver_wal::testing::{PowerLoss, SimFs};
+use quiver_wal::{SyncMode, WalConfig};
+use tokio::task::JoinHandle;
+
+use super::net::SimNet;
+
+/// Longest a crashed node's tasks may take to let go of its storage.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How a node goes down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Crash {
+    /// The process dies; the OS keeps everything written (synced or not).
+    Process,
+    /// The power goes: only what fsyncs covered survives (plus a torn part of the rest).
+    Power,
+    /// The machine is replaced: the node comes back with nothing.
+    Wipe,
+}
+
+struct Running {
+    node: RaftNode,
+    storage: Arc<Storage>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+pub struct SimNode {
+    pub id: NodeId,
+    pub addr: String,
+    dir: PathBuf,
+    peers: Vec<(NodeId, String)>,
+    disk: SimFs,
+    seed: u64,
+    running: Option<Running>,
+}
+
+impl SimNode {
+    pub fn new(root: &Path, id: NodeId, peers: Vec<(NodeId, String)>, seed: u64) -> Self {
+        SimNode {
+            id,
+            addr: format!("sim-{id}"),
+            dir: root.join(format!("n{id}")),
+            peers,
+            disk: SimFs::new(seed ^ id),
+            seed,
+            running: None,
+        }
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    fn wal_dir(&self) -> PathBuf {
+        self.dir.join("wal")
+    }
+
+    pub fn node(&self) -> Option<&RaftNode> {
+        self.running.as_ref().map(|r| &r.node)
+    }
+
+    pub fn storage(&self) -> Option<&Arc<Storage>> {
+        self.running.as_ref().map(|r| &r.storage)
+    }
+
+    pub fn is_up(&self) -> bool {
+        self.running.is_some()
+    }
+
+    /// Starts the node on what its directories and WAL disk hold.
+    pub async fn start(&mut self, net: &SimNet) {
+        assert!(
+            self.running.is_none(),
+            "node {} is already running",
+            self.id
+        );
+        // The vote and purge point live beside the WAL on the real disk.
+        std::fs::create_dir_all(self.wal_dir()).expect("create the WAL directory");
+        let recovered =
+            Recovered::load(&self.data_dir(), &self.wal_dir()).expect("read the newest snapshot");
+        let storage = Arc::new(
+            Storage::open_with(self.storage_config(), recovered.file_set(true))
+                .await
+                .expect("open storage"),
+        );
+        let seams = Seams {
+            wal_fs: Some(Arc::new(self.disk.clone())),
+            transport: Some(net.link_from(self.id)),
+        };
+        let node = RaftNode::start_with(self.raft_config(), storage.clone(), recovered, seams)
+            .await
+            .expect("start raft");
+        let tasks = node.spawn_background();
+        net.attach(&self.addr, self.id, node.clone());
+        self.running = Some(Running {
+            node,
+            storage,
+            tasks,
+        });
+    }
+
+    /// Stops the node as `how` says; it stays down until [`SimNode::start`].
+    pub async fn crash(&mut self, net: &SimNet, how: Crash) {
+        let Some(running) = self.running.take() else {
+            return;
+        };
+        // From here every WAL call fails, as in a process that is gone.
+        self.disk.crash_after(0);
+        net.detach(&self.addr);
+        for task in &running.tasks {
+            task.abort();
+        }
+        let _ = running.node.raft.shutdown().await;
+        let Running {
+            node,
+            storage,
+            tasks,
+        } = running;
+        drop(node);
+        for task in tasks {
+            let _ = task.await;
+        }
+        let released = Instant::now() + RELEASE_TIMEOUT;
+        // A process that dies takes its threads with it; here they must finish first.
+        while Arc::strong_count(&storage) > 1 || storage.io_in_flight() > 0 {
+            assert!(
+                Instant::now() < released,
+                "node {}: its storage is still in use {RELEASE_TIMEOUT:?} after the crash",
+                self.id
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        drop(storage);
+        match how {
+            Crash::Process => self.disk.restart(),
+            Crash::Power => self.disk.power_loss(PowerLoss::Torn),
+            Crash::Wipe => {
+                self.disk = SimFs::new(self.seed ^ self.id ^ 0xdead);
+                std::fs::remove_dir_all(&self.dir).expect("wipe the node's directory");
+            }
+        }
+    }
+
+    /// The next WAL fdatasync fails (a disk error): the log is poisoned and Raft stops.
+    pub fn fail_next_fsync(&self) {
+        self.disk.fail_next(
+            quiver_wal::testing::FsCall::SyncData,
+            std::io::Error::other("simulated EIO on fdatasync"),
+        );
+    }
+
+    fn storage_config(&self) -> StorageConfig {
+        StorageConfig {
+            dir: self.data_dir(),
+            flush_rows_max: 400,
+            flush_age_ms: 150,
+            compaction: CompactionSettings {
+                hour_files_min: 3,
+                closed_after_ms: 500,
+                input_grace_ms: 300,
+                ..CompactionSettings::default()
+            },
+            ..StorageConfig::default()
+        }
+    }
+
+    fn raft_config(&self) -> RaftConfig {
+        RaftConfig {
+            node_id: self.id,
+            advertise_addr: self.addr.clone(),
+            data_dir: self.data_dir(),
+            wal: WalConfig {
+                dir: self.wal_dir(),
+                sync: SyncMode::Fsync,
+                segment_bytes_max: 256 << 10,
+                ..WalConfig::default()
+            },
+            heartbeat_interval_ms: 20,
+            election_timeout_ms_min: 100,
+            election_timeout_ms_max: 200,
+            snapshot_interval_ms_min: 150,
+            flush_check_interval_ms: 50,
+            compaction_check_interval_ms: 200,
+            peers: self.peers.clone(),
+            secret: "sim".into(),
+            leader_wait_ms: 100,
+            write_timeout_ms: 700,
+            replication: ReplicationLimits {
+                bytes_max: 64 << 10,
+                timeout_ms: 2_000,
+            },
+            ..RaftConfig::default()
+        }
+    }
+}

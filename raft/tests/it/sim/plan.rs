@@ -1,0 +1,118 @@
+//! The scenario of one seed: a list of steps drawn from the seed alone, before anything
+//! runs, so the same seed always asks for the same writes, crashes, partitions, slow
+//! links and disk faults in the same order.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::node::Crash;
+
+/// Nodes in the simulated cluster.
+pub const NODES: u64 = 3;
+
+/// One thing that happens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// A client sends a batch of `rows` rows to node `via` (any node: followers forward).
+    Write { via: u64, rows: u32 },
+    /// Node `node` goes down.
+    Crash { node: u64, how: Crash },
+    /// Every node that is down starts again.
+    RestartAll,
+    /// Node `node` is cut off from both others, in both directions.
+    Isolate { node: u64 },
+    /// Calls from `from` to `to` are delayed and lose answers.
+    Degrade {
+        from: u64,
+        to: u64,
+        delay_ms: u64,
+        answer_loss_pct: u8,
+    },
+    /// Every link works normally again.
+    Heal,
+    /// Node `node`'s next WAL fdatasync fails (its log is poisoned and Raft stops).
+    FsyncFails { node: u64 },
+    /// Node `node`'s next `count` segment writes fail.
+    PersistFails { node: u64, count: u32 },
+    /// Everything heals, every node runs; then every invariant is checked on every node.
+    Checkpoint,
+}
+
+impl Step {
+    /// The step's kind, for timing reports.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Step::Write { .. } => "write",
+            Step::Crash { .. } => "crash",
+            Step::RestartAll => "restart",
+            Step::Isolate { .. } => "isolate",
+            Step::Degrade { .. } => "degrade",
+            Step::Heal => "heal",
+            Step::FsyncFails { .. } => "fsync-fails",
+            Step::PersistFails { .. } => "persist-fails",
+            Step::Checkpoint => "checkpoint",
+        }
+    }
+}
+
+/// The steps of `seed`: `steps` of them, a checkpoint every `check_every` and one last.
+pub fn plan(seed: u64, steps: usize, check_every: usize) -> Vec<Step> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut out = Vec::with_capacity(steps + steps / check_every.max(1) + 1);
+    // A wipe loses a node's acknowledged entries; a second one before the first node
+    // has caught up (at the next checkpoint) would leave no majority holding them,
+    // which no system survives: it becomes a power loss instead.
+    let mut wiped_since_checkpoint = false;
+    for i in 0..steps {
+        if i > 0 && i % check_every.max(1) == 0 {
+            out.push(Step::Checkpoint);
+            wiped_since_checkpoint = false;
+        }
+        let node = rng.random_range(1..=NODES);
+        let roll = rng.random_range(0..100u32);
+        out.push(match roll {
+            0..=69 => Step::Write {
+                via: node,
+                rows: rng.random_range(1..=40),
+            },
+            70..=73 => Step::Crash {
+                node,
+                how: Crash::Process,
+            },
+            74..=77 => Step::Crash {
+                node,
+                how: Crash::Power,
+            },
+            78 if !wiped_since_checkpoint => {
+                wiped_since_checkpoint = true;
+                Step::Crash {
+                    node,
+                    how: Crash::Wipe,
+                }
+            }
+            78 => Step::Crash {
+                node,
+                how: Crash::Power,
+            },
+            79..=83 => Step::RestartAll,
+            84..=86 => Step::Isolate { node },
+            87..=89 => {
+                let to = 1 + (node + rng.random_range(0..NODES - 1)) % NODES;
+                Step::Degrade {
+                    from: node,
+                    to,
+                    delay_ms: rng.random_range(0..60),
+                    answer_loss_pct: rng.random_range(0..30),
+                }
+            }
+            90..=94 => Step::Heal,
+            95..=96 => Step::FsyncFails { node },
+            _ => Step::PersistFails {
+                node,
+                count: rng.random_range(1..4),
+            },
+        });
+    }
+    out.push(Step::Checkpoint);
+    out
+}
