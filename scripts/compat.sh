@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Client-compatibility tests: real Python client libraries (InfluxDB 1.x/2.x, Arc SDK,
-# QuestDB ILP/HTTP) against a real `quiver` node. Needs the debug binary built by
+# QuestDB ILP/HTTP) and a real Prometheus server (remote write) against a real `quiver`
+# node. Needs the debug binary built by
 # `cargo build`/`cargo test` (or QUIVER_BIN pointing at one) and python3 with pip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,12 @@ if [ ! -x "$bin" ]; then
     exit 2
 fi
 export QUIVER_BIN="$bin"
+# Real servers the tests drive (Debian packages): Prometheus remote-writes to Quiver.
+if ! command -v prometheus >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
 export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 python3 -m pip install -q -r tests/compat/requirements.txt
 export PYTHONDONTWRITEBYTECODE=1

@@ -1,5 +1,6 @@
 //! The write pipeline every ingest endpoint shares; only the decode step depends on the
-//! format (MessagePack in `msgpack.rs`, line protocol in `line_protocol.rs`).
+//! format (MessagePack in `msgpack.rs`, line protocol in `line_protocol.rs`, Prometheus
+//! remote write in `prom_write.rs`).
 //!
 //! A write, from handler to 204, in the files that do the work:
 //!
@@ -7,8 +8,8 @@
 //!    and the byte budget; a refusal is 429/503 with `Retry-After`, sent after the body
 //!    is drained so it reaches the client;
 //! 2. `body.rs`: the body within `http.body_bytes_max` and `http.body_timeout_ms`, then
-//!    gzip/zstd within `http.decompressed_bytes_max`;
-//! 3. `msgpack.rs` / `line_protocol.rs` → quiver-storage: decode into Arrow batches,
+//!    gzip/zstd/snappy within `http.decompressed_bytes_max`;
+//! 3. `msgpack.rs` / `line_protocol.rs` / `prom_write.rs` → quiver-storage: decode into Arrow batches,
 //!    validated against the stored schema (on a blocking thread);
 //! 4. here: the batches become one log command of at most `raft.entry_bytes_max`
 //!    (`quiver_raft::WriteCommand`, Arrow IPC);
@@ -71,6 +72,8 @@ pub enum Format {
     MsgPack,
     /// InfluxDB line protocol.
     LineProtocol,
+    /// Prometheus remote write 1.0.
+    PromRemoteWrite,
 }
 
 impl Format {
@@ -78,6 +81,7 @@ impl Format {
         match self {
             Format::MsgPack => "msgpack",
             Format::LineProtocol => "line_protocol",
+            Format::PromRemoteWrite => "prometheus_remote_write",
         }
     }
 }

@@ -16,6 +16,7 @@ mod lifecycle;
 mod lifecycle_cluster;
 mod line_protocol;
 mod many_files;
+mod prom_write;
 mod query_functions;
 mod query_http;
 mod query_safety;
