@@ -23,6 +23,8 @@ mod query_safety;
 mod query_values;
 mod restart;
 mod sizing;
+mod telegraf;
+mod telegraf_wire;
 mod tls;
 mod tokens;
 mod writers;
