@@ -47,6 +47,7 @@ pub async fn write_msgpack(
             tables,
             rejected: Vec::new(),
             lines_total: 0,
+            unit: "lines",
             accept_partial: false,
             expired,
         })

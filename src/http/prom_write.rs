@@ -2,9 +2,11 @@
 //! protobuf `WriteRequest`). Its decode step for the write pipeline (`write.rs`): one
 //! measurement per metric name, labels as tags, each sample a row with a float `value`
 //! and its millisecond time (`quiver_storage::prom_remote`). Stale markers are skipped
-//! and counted (`quiver_prom_stale_samples_skipped_total`). Any malformed series
-//! refuses the whole request (400), which Prometheus drops instead of retrying; 429 and
-//! 503 it retries. 204 once the rows are durable, like every other write.
+//! and counted (`quiver_prom_stale_samples_skipped_total`). A malformed series is
+//! refused alone: the others are written and the answer is 400 listing the refused
+//! series (`"line"` is the series' position, `"text"` its metric), which Prometheus logs
+//! and does not resend; a body that is no `WriteRequest` is refused whole. 429 and 503
+//! Prometheus retries. 204 once the rows are durable, like every other write.
 
 use std::collections::HashMap;
 
@@ -13,7 +15,7 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 
 use super::body::content_encoding;
-use super::error::ApiError;
+use super::error::{ApiError, RejectedLine};
 use super::msgpack::refuse_expired;
 use super::write::{database_of, write, Decoded, Format};
 use super::AppState;
@@ -47,11 +49,21 @@ pub async fn write_prom(
             .check_write(&db, &out.tables)
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
         let (tables, expired) = refuse_expired(&storage, &db, out.tables)?;
+        let rejected = out
+            .rejected
+            .into_iter()
+            .map(|r| RejectedLine {
+                line: r.series,
+                error: r.error,
+                text: r.metric.unwrap_or_default(),
+            })
+            .collect();
         Ok(Decoded {
             tables,
-            rejected: Vec::new(),
-            lines_total: 0,
-            accept_partial: false,
+            rejected,
+            lines_total: out.series_total,
+            unit: "series",
+            accept_partial: true,
             expired,
         })
     });

@@ -104,12 +104,19 @@ pub fn msgpack(data: &[u8]) {
 }
 
 /// Arbitrary bytes through the Prometheus remote-write decoder with both sets of
-/// limits: an error is fine, a panic is not; a decoded request has rows in every batch,
-/// a float `value` column in each, and respects the limits.
+/// limits: an error is fine, a panic is not; a decoded request lists each refused series
+/// once, in order, has rows in every batch, a float `value` column in each, and respects
+/// the limits.
 pub fn prom_remote(data: &[u8]) {
     for limits in [WriteLimits::default(), tight_limits()] {
         match decode_prom_write(data, &limits, &|_| None) {
             Ok(out) => {
+                assert!(out.rejected.len() <= out.series_total);
+                assert!(out.rejected.windows(2).all(|w| w[0].series < w[1].series));
+                assert!(out
+                    .rejected
+                    .iter()
+                    .all(|r| r.series >= 1 && r.series <= out.series_total));
                 assert!(out.tables.iter().all(|(_, b)| b.num_rows() > 0));
                 assert!(out.tables.iter().all(|(_, b)| b
                     .column_by_name(VALUE_COLUMN)

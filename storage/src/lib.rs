@@ -56,7 +56,7 @@ pub use msgpack::decode_msgpack;
 pub use parquet_encode::ParquetSettings;
 pub use paths::{escaped_len, parquet_path, PATH_COMPONENT_BYTES_MAX};
 pub use policies::{Policies, PolicyChange, PolicyOutcome, Scope, TokenRecord};
-pub use prom_remote::{decode_prom_write, PromWrite};
+pub use prom_remote::{decode_prom_write, PromWrite, RejectedSeries};
 pub use rows::{FieldValue, RowBatchBuilder, RowError};
 pub use schema::{
     canonical_schema, conform, tag_type, widen_integers_to_stored, with_tags_as, ColumnKind,

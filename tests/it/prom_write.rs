@@ -127,7 +127,7 @@ async fn remote_write_stores_one_measurement_per_metric() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn malformed_remote_writes_are_refused_with_400_naming_the_problem() {
+async fn malformed_remote_writes_get_400_naming_each_refused_series() {
     let dir = tempfile::tempdir().unwrap();
     let node = Node::start(NodeSpec::new(dir.path())).await;
     let good = WriteRequest {
@@ -144,19 +144,6 @@ async fn malformed_remote_writes_are_refused_with_400_naming_the_problem() {
     let (status, body) = post(&node, "prom", garbage).await;
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("WriteRequest"), "{body}");
-    // A series without a metric name refuses the whole request, naming the series.
-    let nameless = WriteRequest {
-        timeseries: vec![
-            good.timeseries[0].clone(),
-            series(&[("job", "x")], &[(1.0, T0_MS)]),
-        ],
-    };
-    let (status, body) = post(&node, "prom", snappy(&nameless)).await;
-    assert_eq!(status, 400);
-    assert!(
-        body.contains("series 2") && body.contains("__name__"),
-        "{body}"
-    );
     // An uncompressed protobuf is refused with a hint about Content-Encoding.
     let (status, body, _) = node
         .post(
@@ -170,6 +157,46 @@ async fn malformed_remote_writes_are_refused_with_400_naming_the_problem() {
     // Nothing of the refused requests was written.
     let (status, _) = node.query("prom", "SELECT count(*) FROM ok").await;
     assert_eq!(status, 400, "the table must not exist");
+    // Malformed series are refused alone, each named; the series around them are
+    // written (Prometheus drops a 4xx request: refusing it whole would lose them).
+    let partial = WriteRequest {
+        timeseries: vec![
+            good.timeseries[0].clone(),
+            series(&[("job", "x")], &[(1.0, T0_MS)]),
+            series(&[("__name__", "ok"), ("value", "v")], &[(1.0, T0_MS)]),
+            series(&[("__name__", "ok"), ("job", "y")], &[(2.0, T0_MS + 1)]),
+        ],
+    };
+    let (status, body) = post(&node, "prom", snappy(&partial)).await;
+    assert_eq!(status, 400);
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        body["error"],
+        json!("partial write: 2 of 4 series rejected")
+    );
+    assert_eq!(body["rejected"][0]["line"], json!(2));
+    assert_eq!(body["rejected"][0]["text"], json!(""));
+    assert!(
+        body["rejected"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("__name__"),
+        "{body}"
+    );
+    assert_eq!(body["rejected"][1]["line"], json!(3));
+    assert_eq!(body["rejected"][1]["text"], json!("ok"));
+    assert!(
+        body["rejected"][1]["error"]
+            .as_str()
+            .unwrap()
+            .contains("\"value\""),
+        "{body}"
+    );
+    assert_eq!(
+        node.rows("prom", "SELECT job, value FROM ok ORDER BY time")
+            .await,
+        vec![vec![json!(null), json!(1.0)], vec![json!("y"), json!(2.0)]]
+    );
     // A `value` label stored as something else is a schema conflict.
     let ints =
         rmp_serde::to_vec_named(&json!({"m": "ints", "columns": {"time": [T0_MS], "value": [1]}}))
@@ -193,6 +220,10 @@ async fn malformed_remote_writes_are_refused_with_400_naming_the_problem() {
     assert_eq!(r.status(), 401);
     // The good request still goes through.
     assert_eq!(post(&node, "prom", snappy(&good)).await.0, 204);
+    assert_eq!(
+        node.rows("prom", "SELECT count(*) FROM ok").await[0][0],
+        json!(3)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

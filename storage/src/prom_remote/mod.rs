@@ -12,10 +12,14 @@
 //! histograms (sent only when `send_native_histograms` is on) have no column to go to:
 //! they are skipped and counted too. Metadata is ignored.
 //!
-//! Any malformed series refuses the whole request with a message naming the series
-//! (1-based, in request order) and its metric, as MessagePack does: remote write has no
-//! partial-success answer, and a 400 makes Prometheus drop that request rather than
-//! retry it forever. The write's [`WriteLimits`] are checked while decoding.
+//! A malformed series (no `__name__`, a label called `value` or `time`, a label that is
+//! not UTF-8, a type conflict with the stored schema, a timestamp out of range) is
+//! refused alone and listed in [`PromWrite::rejected`], naming the series (1-based, in
+//! request order) and its metric; the other series are written, as line protocol
+//! writes the valid lines. Prometheus drops a request answered 4xx instead of resending
+//! it, so refusing the whole request would lose every good series batched with a bad
+//! one, at every send. A body that is not a `WriteRequest` at all, and a write past
+//! one of its [`WriteLimits`] (checked while decoding), refuse the whole request.
 
 pub mod proto;
 mod wire;
@@ -44,11 +48,29 @@ pub const VALUE_COLUMN: &str = "value";
 /// Nanoseconds per millisecond: remote write's timestamps are milliseconds.
 const NS_PER_MS: i64 = 1_000_000;
 
+/// Bytes charged per refused series besides its message: the report's entry.
+const REJECTION_BYTES_FIXED: usize = 64;
+
+/// A series that was not written, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RejectedSeries {
+    /// 1-based position of the series in the request.
+    pub series: usize,
+    /// Its metric name, when it has a readable one.
+    pub metric: Option<String>,
+    /// Why it was refused.
+    pub error: String,
+}
+
 /// What one remote-write request decoded to.
 #[derive(Debug, Default)]
 pub struct PromWrite {
     /// One batch per metric, in the order the metrics first appear.
     pub tables: Vec<(String, RecordBatch)>,
+    /// Series in the request.
+    pub series_total: usize,
+    /// Series refused, in request order; the other series are in `tables`.
+    pub rejected: Vec<RejectedSeries>,
     /// Stale markers skipped (not rows).
     pub stale_samples_skipped: u64,
     /// Native-histogram samples skipped (Quiver stores float samples only).
@@ -57,7 +79,7 @@ pub struct PromWrite {
 
 /// Decodes a `WriteRequest` (protobuf, already decompressed). `stored` gives a
 /// measurement's current schema: a `value` column stored as anything but float, or a
-/// label stored as a field, refuses the request naming the column. A request with no
+/// label stored as a field, refuses that series naming the column. A request with no
 /// samples (Prometheus sends metadata-only requests) decodes to no tables.
 pub fn decode_prom_write(
     payload: &[u8],
@@ -75,7 +97,6 @@ pub fn decode_prom_write(
         out: PromWrite::default(),
     };
     let mut request = Reader::new(payload);
-    let mut series_number = 0usize;
     while let Some((field, value)) = request
         .next_field()
         .map_err(|e| invalid(format!("the body is not a WriteRequest protobuf: {e}")))?
@@ -83,14 +104,29 @@ pub fn decode_prom_write(
         if field != 1 {
             continue; // metadata (3) and fields of later versions
         }
-        series_number += 1;
+        decoder.out.series_total += 1;
+        let series_number = decoder.out.series_total;
         let Value::Bytes(series) = value else {
             return Err(invalid(format!(
                 "series {series_number}: expected a message, got {}",
                 value.wire_name()
             )));
         };
-        decoder.series(series, series_number)?;
+        match decoder.series(series) {
+            Ok(()) => {}
+            Err(Refusal::Request(e)) => return Err(e),
+            Err(Refusal::Series(error, metric)) => {
+                // The report is part of what the write holds in memory.
+                decoder.budget.charge(
+                    REJECTION_BYTES_FIXED + error.len() + metric.as_ref().map_or(0, String::len),
+                )?;
+                decoder.out.rejected.push(RejectedSeries {
+                    series: series_number,
+                    metric,
+                    error,
+                });
+            }
+        }
     }
     for name in std::mem::take(&mut decoder.order) {
         if let Some(builder) = decoder.builders.remove(&name) {
@@ -117,44 +153,58 @@ struct Decoder<'s> {
     out: PromWrite,
 }
 
+/// Why a series was not written: the series alone, or the whole request.
+enum Refusal {
+    /// This series is refused (why, and its metric when known); the others go on.
+    Series(String, Option<String>),
+    /// The request is refused: a limit, or a bug.
+    Request(Error),
+}
+
+impl From<Error> for Refusal {
+    fn from(e: Error) -> Self {
+        Refusal::Request(e)
+    }
+}
+
 impl Decoder<'_> {
-    /// One `TimeSeries`: its labels first (wherever they are in the message), then each
-    /// sample as a row.
-    fn series(&mut self, series: &[u8], number: usize) -> Result<()> {
-        let context = |name: Option<&str>, message: String| match name {
-            Some(name) => invalid(format!("series {number} ({name}): {message}")),
-            None => invalid(format!("series {number}: {message}")),
+    /// One `TimeSeries`, refused as a whole or written as a whole: its labels first
+    /// (wherever they are in the message), then every sample's time is checked, then
+    /// each sample becomes a row (the builder validates a row before it touches a
+    /// column, and every sample of a series has the same labels).
+    fn series(&mut self, series: &[u8]) -> std::result::Result<(), Refusal> {
+        let refuse = |name: Option<&str>, message: String| {
+            Refusal::Series(message, name.map(str::to_string))
         };
         let mut name: Option<&str> = None;
         let mut tags: Vec<(&str, &str)> = Vec::new();
         let mut reader = Reader::new(series);
-        while let Some((field, value)) = reader.next_field().map_err(|e| context(None, e))? {
+        while let Some((field, value)) = reader.next_field().map_err(|e| refuse(None, e))? {
             match (field, value) {
                 (1, Value::Bytes(label)) => {
-                    let (key, value) = label_of(label).map_err(|e| context(None, e))?;
+                    let (key, value) = label_of(label).map_err(|e| refuse(name, e))?;
                     if key == METRIC_NAME_LABEL {
                         if name.replace(value).is_some() {
-                            return Err(context(name, "two __name__ labels".into()));
+                            return Err(refuse(name, "two __name__ labels".into()));
                         }
                         continue;
                     }
                     if tags.len() >= self.limits.columns_per_table_max {
-                        return Err(Error::LimitExceeded {
-                            limit: "columns_per_table_max",
-                            value: tags.len() as u64 + 2,
-                            max: self.limits.columns_per_table_max as u64,
-                            detail: format!(
-                                "series {number} has more labels than a measurement may have \
-                                 columns; drop labels with relabelling"
+                        return Err(refuse(
+                            name,
+                            format!(
+                                "more labels than a measurement may have columns \
+                                 (columns_per_table_max = {}); drop labels with relabelling",
+                                self.limits.columns_per_table_max
                             ),
-                        });
+                        ));
                     }
                     tags.push((key, value));
                 }
-                (2, Value::Bytes(_)) => {} // samples: the second pass
+                (2, Value::Bytes(_)) => {} // samples: the next passes
                 (1 | 2, other) => {
-                    return Err(context(
-                        None,
+                    return Err(refuse(
+                        name,
                         format!("field {field} must be a message, got {}", other.wire_name()),
                     ))
                 }
@@ -163,13 +213,13 @@ impl Decoder<'_> {
             }
         }
         let Some(metric) = name else {
-            return Err(context(None, "no __name__ label (the metric name)".into()));
+            return Err(refuse(None, "no __name__ label (the metric name)".into()));
         };
-        validate_measurement_name(metric).map_err(|e| context(Some(metric), e.to_string()))?;
+        validate_measurement_name(metric).map_err(|e| refuse(name, e.to_string()))?;
         for (key, _) in &tags {
             if *key == VALUE_COLUMN || *key == TIME_COLUMN {
-                return Err(context(
-                    Some(metric),
+                return Err(refuse(
+                    name,
                     format!(
                         "label {key:?} collides with the column Quiver stores the sample's \
                          {key} in; rename it with write_relabel_configs"
@@ -177,27 +227,27 @@ impl Decoder<'_> {
                 ));
             }
         }
-        let mut reader = Reader::new(series);
-        while let Some((field, value)) = reader.next_field().map_err(|e| context(None, e))? {
-            let (2, Value::Bytes(sample)) = (field, value) else {
-                continue;
-            };
-            let (value, time_ms) = sample_of(sample).map_err(|e| context(Some(metric), e))?;
+        for sample in samples(series) {
+            let (_, time_ms) = sample_of(sample).map_err(|e| refuse(name, e))?;
+            time_ms.checked_mul(NS_PER_MS).ok_or_else(|| {
+                refuse(
+                    name,
+                    format!("timestamp {time_ms} ms is outside 1677..2262"),
+                )
+            })?;
+        }
+        for sample in samples(series) {
+            let (value, time_ms) = sample_of(sample).map_err(|e| refuse(name, e))?;
             if value.to_bits() == STALE_NAN_BITS {
                 self.out.stale_samples_skipped += 1;
                 continue;
             }
-            let time_ns = time_ms.checked_mul(NS_PER_MS).ok_or_else(|| {
-                context(
-                    Some(metric),
-                    format!("timestamp {time_ms} ms is outside 1677..2262"),
-                )
-            })?;
+            let time_ns = time_ms.saturating_mul(NS_PER_MS);
             self.hours.insert(time_ns)?;
             self.push(metric, time_ns, &tags, value)
                 .map_err(|e| match e {
-                    Error::InvalidPayload(message) => context(Some(metric), message),
-                    other => other,
+                    Error::InvalidPayload(message) => refuse(name, message),
+                    other => Refusal::Request(other),
                 })?;
         }
         Ok(())
@@ -235,6 +285,18 @@ impl Decoder<'_> {
             .map_err(|e| Error::InvalidPayload(e.to_string()))?;
         self.budget.recharge(before, builder.bytes_when_finished())
     }
+}
+
+/// The `Sample` messages of a series already read once (so well-formed).
+fn samples(series: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut reader = Reader::new(series);
+    std::iter::from_fn(move || loop {
+        match reader.next_field() {
+            Ok(Some((2, Value::Bytes(sample)))) => return Some(sample),
+            Ok(Some(_)) => continue,
+            Ok(None) | Err(_) => return None,
+        }
+    })
 }
 
 /// A `Label` message: its name and value, both UTF-8.

@@ -27,11 +27,12 @@ fn decode(request: &WriteRequest) -> Result<PromWrite> {
     decode_prom_write(&request.encode_to_vec(), &WriteLimits::default(), &|_| None)
 }
 
+/// The one refused series of `request` (which must have exactly one): its message.
 fn error(request: &WriteRequest) -> String {
-    match decode(request) {
-        Ok(out) => panic!("decoded {:?}", out.tables),
-        Err(e) => e.to_string(),
-    }
+    let out = decode(request).unwrap();
+    assert_eq!(out.rejected.len(), 1, "{:?}", out.rejected);
+    let r = &out.rejected[0];
+    format!("series {} ({:?}): {}", r.series, r.metric, r.error)
 }
 
 #[test]
@@ -119,30 +120,46 @@ fn a_request_without_samples_decodes_to_nothing() {
 }
 
 #[test]
-fn malformed_series_are_refused_naming_the_series() {
+fn malformed_series_are_refused_alone_naming_the_series() {
     let no_name = WriteRequest {
         timeseries: vec![
             series(&[("__name__", "ok")], &[(1.0, 1)]),
             series(&[("job", "x")], &[(1.0, 1)]),
+            series(&[("__name__", "ok"), ("job", "y")], &[(2.0, 2)]),
         ],
     };
-    let message = error(&no_name);
-    assert!(
-        message.contains("series 2") && message.contains("__name__"),
-        "{message}"
+    let out = decode(&no_name).unwrap();
+    assert_eq!(out.series_total, 3);
+    assert_eq!(
+        out.rejected,
+        vec![RejectedSeries {
+            series: 2,
+            metric: None,
+            error: "no __name__ label (the metric name)".into()
+        }]
+    );
+    assert_eq!(
+        out.tables[0].1.num_rows(),
+        2,
+        "the series around it are written"
     );
     let value_label = WriteRequest {
         timeseries: vec![series(&[("__name__", "m"), ("value", "x")], &[(1.0, 1)])],
     };
     let message = error(&value_label);
     assert!(
-        message.contains("series 1 (m)") && message.contains("\"value\""),
+        message.contains("series 1 (Some(\"m\"))") && message.contains("\"value\""),
         "{message}"
     );
+    // One bad timestamp refuses its whole series, the earlier samples included.
     let overflow = WriteRequest {
-        timeseries: vec![series(&[("__name__", "m")], &[(1.0, i64::MAX / 10)])],
+        timeseries: vec![series(
+            &[("__name__", "m")],
+            &[(1.0, 1), (1.0, i64::MAX / 10)],
+        )],
     };
     assert!(error(&overflow).contains("outside"), "{}", error(&overflow));
+    assert!(decode(&overflow).unwrap().tables.is_empty());
     let duplicate = WriteRequest {
         timeseries: vec![series(
             &[("__name__", "m"), ("a", "1"), ("a", "2")],
@@ -167,10 +184,14 @@ fn bytes_that_are_not_a_write_request_are_refused() {
         let err = decode_prom_write(body, &WriteLimits::default(), &|_| None).unwrap_err();
         assert!(matches!(err, Error::InvalidPayload(_)), "{err}");
     }
-    // Invalid UTF-8 in a label value.
+    // Invalid UTF-8 in a label value refuses that series.
     let body = [0x0a, 0x08, 0x0a, 0x06, 0x0a, 0x01, b'a', 0x12, 0x01, 0xff];
-    let err = decode_prom_write(&body, &WriteLimits::default(), &|_| None).unwrap_err();
-    assert!(err.to_string().contains("UTF-8"), "{err}");
+    let out = decode_prom_write(&body, &WriteLimits::default(), &|_| None).unwrap();
+    assert!(
+        out.rejected[0].error.contains("UTF-8"),
+        "{:?}",
+        out.rejected
+    );
 }
 
 #[test]
@@ -211,12 +232,15 @@ fn a_value_stored_as_integer_is_a_conflict() {
     let request = WriteRequest {
         timeseries: vec![series(&[("__name__", "m")], &[(1.0, 1)])],
     };
-    let err = decode_prom_write(&request.encode_to_vec(), &WriteLimits::default(), &|_| {
+    let out = decode_prom_write(&request.encode_to_vec(), &WriteLimits::default(), &|_| {
         Some(stored.clone())
     })
-    .unwrap_err();
+    .unwrap();
+    assert!(out.tables.is_empty());
+    assert_eq!(out.rejected[0].metric.as_deref(), Some("m"));
     assert!(
-        err.to_string().contains("\"value\"") && err.to_string().contains("series 1 (m)"),
-        "{err}"
+        out.rejected[0].error.contains("\"value\""),
+        "{:?}",
+        out.rejected
     );
 }

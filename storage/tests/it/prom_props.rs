@@ -81,6 +81,8 @@ proptest! {
     #[test]
     fn requests_decode_to_exactly_the_samples_sent(all in proptest::collection::vec(series(), 0..12)) {
         let out = decode_prom_write(&encode(&all), &WriteLimits::default(), &|_| None).unwrap();
+        prop_assert!(out.rejected.is_empty(), "{:?}", out.rejected);
+        prop_assert_eq!(out.series_total, all.len());
         let stale = all.iter().flat_map(|s| &s.samples).filter(|(v, _)| v.to_bits() == STALE_NAN_BITS).count();
         prop_assert_eq!(out.stale_samples_skipped as usize, stale);
         for (m, metric) in METRICS.iter().enumerate() {
