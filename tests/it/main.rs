@@ -16,6 +16,7 @@ mod lifecycle;
 mod lifecycle_cluster;
 mod line_protocol;
 mod many_files;
+mod pg_wire;
 mod prom_write;
 mod query_functions;
 mod query_http;
