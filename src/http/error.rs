@@ -98,7 +98,9 @@ impl From<AuthError> for ApiError {
 
 /// API.md's error body, fields in the documented order, then InfluxDB 2's `code` and
 /// `message`: Telegraf's `outputs.influxdb_v2` and InfluxDB's client libraries read only
-/// those two, so without them a dropped batch is logged with no reason.
+/// those two, so without them a dropped batch is logged with no reason. `line` (the first
+/// rejected line, as InfluxDB 2 and QuestDB name it) is what QuestDB's clients show next
+/// to the message.
 #[derive(Serialize)]
 struct ErrorBody<'a> {
     success: bool,
@@ -107,6 +109,8 @@ struct ErrorBody<'a> {
     rejected: &'a [RejectedLine],
     code: &'static str,
     message: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    line: Option<usize>,
 }
 
 /// InfluxDB 2's error code for a status (its `platform/errors` names).
@@ -133,6 +137,7 @@ impl IntoResponse for ApiError {
             rejected: &self.rejected,
             code: influx_code(self.status),
             message: &self.message,
+            line: self.rejected.first().map(|r| r.line),
         };
         let mut response = (self.status, axum::Json(body)).into_response();
         if let Some(s) = self.retry_after_s {
