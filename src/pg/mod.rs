@@ -6,8 +6,8 @@
 //!   a token (cleartext; `--auth none` skips it). `SSLRequest` is answered `N`: the door
 //!   speaks plain TCP only, so keep it on a trusted network or behind a TLS proxy.
 //! - [`session`]: simple and extended query protocols over the one engine (same
-//!   sandbox, timeout, memory limits and admission as `/api/v1/query`); cancel requests
-//!   stop the running query.
+//!   sandbox, timeout, memory limits and admission as `/api/v1/query`).
+//! - [`cancel`]: cancel requests stop the running query, also while its rows stream.
 //! - [`encode`] and [`params`]: Arrow values to and from Postgres's text and binary
 //!   formats.
 //! - [`catalog`]: what the door answers itself (`BEGIN`, `SET`, `SHOW`, psql's `\l`,
@@ -15,6 +15,7 @@
 //!
 //! It is not a way to write: every statement is read-only, as over HTTP.
 
+mod cancel;
 mod catalog;
 mod encode;
 mod params;
@@ -23,8 +24,6 @@ mod startup;
 
 use std::sync::Arc;
 
-use pgwire::api::cancel::DefaultCancelHandler;
-use pgwire::api::ConnectionManager;
 use pgwire::api::PgWireServerHandlers;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -35,7 +34,7 @@ use crate::http::AppState;
 struct Handlers {
     session: Arc<session::Session>,
     startup: Arc<startup::Startup>,
-    cancel: Arc<DefaultCancelHandler>,
+    cancel: Arc<cancel::Handler>,
 }
 
 impl PgWireServerHandlers for Handlers {
@@ -59,11 +58,11 @@ impl PgWireServerHandlers for Handlers {
 /// Accepts Postgres connections on `listener` until the task is dropped; at most
 /// `connections_max` at once (more are closed at once, and counted).
 pub async fn serve(listener: TcpListener, app: AppState, connections_max: usize) {
-    let manager = Arc::new(ConnectionManager::new());
+    let cancels = Arc::new(cancel::Registry::default());
     let handlers = Arc::new(Handlers {
         session: Arc::new(session::Session::new(app.clone())),
-        startup: Arc::new(startup::Startup::new(app, Arc::clone(&manager))),
-        cancel: Arc::new(DefaultCancelHandler::new(manager)),
+        startup: Arc::new(startup::Startup::new(app, Arc::clone(&cancels))),
+        cancel: Arc::new(cancel::Handler(cancels)),
     });
     let permits = Arc::new(Semaphore::new(connections_max));
     loop {

@@ -26,6 +26,7 @@ use pgwire::messages::data::DataRow;
 use pgwire::messages::PgWireBackendMessage;
 use quiver_query::{QueryAccess, QueryStream, ScalarValue};
 
+use super::cancel::{cancelled_error, Cancel};
 use super::catalog::{self, Context, Local};
 use super::encode;
 use super::params;
@@ -72,6 +73,14 @@ fn user_error(code: &str, message: String) -> PgWireError {
 
 fn engine_error(e: quiver_query::Error) -> PgWireError {
     PgWireError::UserError(Box::new(query_error(&e)))
+}
+
+fn cancel<C: ClientInfo>(client: &C) -> PgWireResult<Arc<Cancel>> {
+    client
+        .session_extensions()
+        .get::<Arc<Cancel>>()
+        .map(|cancel| Arc::clone(&*cancel))
+        .ok_or_else(|| user_error("28000", "the connection is not authenticated".into()))
 }
 
 fn access<C: ClientInfo>(client: &C) -> PgWireResult<Arc<QueryAccess>> {
@@ -173,7 +182,8 @@ impl Session {
         }
     }
 
-    /// Runs `sql` (with `params` bound) and streams its rows in `format`.
+    /// Runs `sql` (with `params` bound) and streams its rows in `format`, until done or
+    /// cancelled.
     async fn run(
         &self,
         database: &str,
@@ -181,19 +191,22 @@ impl Session {
         sql: &str,
         params: Option<Vec<ScalarValue>>,
         format: &Format,
+        cancel: &Cancel,
     ) -> PgWireResult<Response> {
         let started = std::time::Instant::now();
-        let stream = self
+        let start = self
             .app
             .query
-            .execute_stream_as(database, sql, params, access)
-            .await
-            .map_err(engine_error)?;
+            .execute_stream_as(database, sql, params, access);
+        let stream = tokio::select! {
+            stream = start => stream.map_err(engine_error)?,
+            () = cancel.cancelled() => return Err(cancelled_error()),
+        };
         let fields = Arc::new(encode::fields(&stream.schema(), format));
         metrics::counter!("quiver_pg_queries_total").increment(1);
         Ok(Response::Query(QueryResponse::new(
             Arc::clone(&fields),
-            rows(stream, fields, started),
+            rows(stream, fields, started, cancel.cancelled()),
         )))
     }
 
@@ -244,16 +257,28 @@ impl Session {
 }
 
 /// The rows of a running query, encoded batch by batch as the client reads them.
+/// A cancel request ends it with `57014`; dropping it stops the query.
 fn rows(
     stream: QueryStream,
     fields: Arc<Vec<FieldInfo>>,
     started: std::time::Instant,
+    cancelled: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> impl futures::Stream<Item = PgWireResult<DataRow>> + Send + 'static {
+    let was_cancelled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = Arc::clone(&was_cancelled);
+    let cancelled = async move {
+        cancelled.await;
+        flag.store(true, std::sync::atomic::Ordering::Release);
+    };
     let done = stream::once(async move {
+        if was_cancelled.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(cancelled_error());
+        }
         metrics::histogram!("quiver_query_seconds").record(started.elapsed().as_secs_f64());
         Ok::<_, PgWireError>(stream::iter(Vec::<PgWireResult<DataRow>>::new()))
     });
     stream
+        .take_until(cancelled)
         .map(move |batch| {
             let batch = batch.map_err(engine_error)?;
             let rows = encode::rows(&batch, &fields).map_err(|e| user_error("XX000", e))?;
@@ -275,10 +300,14 @@ impl SimpleQueryHandler for Session {
     {
         let database = database(client);
         let access = access(client)?;
+        let cancel = cancel(client)?;
         let format = Format::UnifiedText;
         let response = match catalog::classify(sql) {
             Ok(Some(local)) => self.local(&local, &database, &access, &format).await,
-            Ok(None) => self.run(&database, &access, sql, None, &format).await,
+            Ok(None) => {
+                self.run(&database, &access, sql, None, &format, &cancel)
+                    .await
+            }
             Err(message) => Err(user_error("0A000", message)),
         };
         Ok(vec![response.unwrap_or_else(|e| match e {
@@ -315,6 +344,7 @@ impl ExtendedQueryHandler for Session {
     {
         let database = database(client);
         let access = access(client)?;
+        let cancel = cancel(client)?;
         match &portal.statement.statement {
             Statement::Local(local) => {
                 self.local(local, &database, &access, &portal.result_column_format)
@@ -353,6 +383,7 @@ impl ExtendedQueryHandler for Session {
                     sql,
                     values,
                     &portal.result_column_format,
+                    &cancel,
                 )
                 .await
             }

@@ -16,14 +16,15 @@ use pgwire::api::auth::{
     ServerParameterProvider, StartupHandler,
 };
 use pgwire::api::{
-    ClientInfo, ConnectionManager, PgWireConnectionState, PidSecretKeyGenerator,
-    RandomPidSecretKeyGenerator, METADATA_DATABASE,
+    ClientInfo, PgWireConnectionState, PidSecretKeyGenerator, RandomPidSecretKeyGenerator,
+    METADATA_DATABASE,
 };
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::startup::Authentication;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use quiver_query::QueryAccess;
 
+use super::cancel::Registry;
 use super::catalog::SERVER_VERSION;
 use crate::auth::{AuthError, Permission};
 use crate::http::AppState;
@@ -31,15 +32,15 @@ use crate::http::AppState;
 /// Checks who connects, then sends the session parameters.
 pub struct Startup {
     app: AppState,
-    manager: Arc<ConnectionManager>,
+    cancels: Arc<Registry>,
     keys: RandomPidSecretKeyGenerator,
 }
 
 impl Startup {
-    pub fn new(app: AppState, manager: Arc<ConnectionManager>) -> Self {
+    pub fn new(app: AppState, cancels: Arc<Registry>) -> Self {
         Startup {
             app,
-            manager,
+            cancels,
             keys: RandomPidSecretKeyGenerator::default(),
         }
     }
@@ -135,12 +136,11 @@ impl Startup {
     {
         client.session_extensions().insert(access);
         let (pid, secret_key) = self.keys.generate(client);
-        client.set_pid_and_secret_key(pid, secret_key.clone());
-        // A cancel request names this pair; the guard unregisters it when the
-        // connection ends.
-        let (handle, guard) = self.manager.register(pid, secret_key);
-        client.session_extensions().insert(handle);
-        client.session_extensions().insert(guard);
+        // A cancel request names this pair; the registration ends with the connection.
+        let (cancel, registration) = self.cancels.register(pid, &secret_key);
+        client.set_pid_and_secret_key(pid, secret_key);
+        client.session_extensions().insert(cancel);
+        client.session_extensions().insert(registration);
         metrics::counter!("quiver_pg_connections_total").increment(1);
         finish_authentication(client, &Parameters).await
     }

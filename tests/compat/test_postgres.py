@@ -5,7 +5,7 @@
   door answers `N`.
 - Python `psycopg` 3: server-side parameters (`Parse`/`Bind` with `$1`), text and
   binary results, named prepared statements, `BEGIN`/`COMMIT` as psycopg sends them,
-  `SHOW`, errors with their SQLSTATE.
+  `SHOW`, errors with their SQLSTATE, a cancel request stopping a running query.
 - `asyncpg`: the extended protocol with `Describe` before `Bind` (it encodes its
   parameters from the types the server describes) and binary results throughout.
 
@@ -19,6 +19,8 @@ import datetime as dt
 import os
 import shutil
 import subprocess
+import threading
+import time
 
 import asyncpg
 import psycopg
@@ -177,6 +179,31 @@ def test_psycopg_session_statements_and_errors(node, pg_db):
     with pytest.raises(psycopg.OperationalError) as refused:
         psycopg.connect(conninfo(node, pg_db, password="wrong"))
     assert "password authentication failed" in str(refused.value)
+
+
+def test_psycopg_cancel_stops_a_query_while_it_runs(node, pg_db):
+    slow = "SELECT count(*) FROM generate_series(1, 30000000000) a WHERE a.value % 7 = 3"
+    with psycopg.connect(conninfo(node, pg_db), autocommit=True) as conn:
+        done = threading.Event()
+
+        def cancel_until_done():
+            # Again every half second: a cancel that arrives before the query started
+            # cancels nothing, as in Postgres.
+            while not done.wait(0.5):
+                conn.cancel_safe()
+
+        canceller = threading.Thread(target=cancel_until_done)
+        started = time.monotonic()
+        canceller.start()
+        try:
+            with pytest.raises(psycopg.errors.QueryCanceled):
+                conn.execute(slow)
+        finally:
+            done.set()
+            canceller.join()
+        # Well before query.timeout_ms (30 s), and the connection goes on.
+        assert time.monotonic() - started < 15
+        assert conn.execute("SELECT 1").fetchone()[0] == 1
 
 
 def test_asyncpg_binary_protocol_with_described_parameters(node, pg_db):
