@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Client-compatibility tests: real Python client libraries (InfluxDB 1.x/2.x, Arc SDK,
-# QuestDB ILP/HTTP) against a real `quiver` node. Needs the debug binary built by
+# QuestDB ILP/HTTP, psycopg and asyncpg), a real Prometheus server (remote write) and
+# Debian's psql against a real `quiver` node. Needs the debug binary built by
 # `cargo build`/`cargo test` (or QUIVER_BIN pointing at one) and python3 with pip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,16 @@ if [ ! -x "$bin" ]; then
     exit 2
 fi
 export QUIVER_BIN="$bin"
+# Real programs the tests drive (Debian packages): Prometheus remote-writes to Quiver;
+# psql (postgresql-client) talks to its Postgres door.
+missing=()
+command -v prometheus >/dev/null || missing+=(prometheus)
+command -v psql >/dev/null || missing+=(postgresql-client)
+if [ "${#missing[@]}" -gt 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
 export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 python3 -m pip install -q -r tests/compat/requirements.txt
 export PYTHONDONTWRITEBYTECODE=1

@@ -173,13 +173,22 @@ impl Auth {
         query_token: Option<&str>,
         needed: Permission,
     ) -> Result<Grant, AuthError> {
+        let token = token_from(headers).or(query_token.map(Cow::Borrowed));
+        self.check_token(token.as_deref(), needed)
+    }
+
+    /// Whether authentication is on (off only with `--auth none`).
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Checks a token given outside HTTP (the Postgres door's password) for `needed`.
+    pub fn check_token(&self, token: Option<&str>, needed: Permission) -> Result<Grant, AuthError> {
         if !self.enabled {
             return Ok(Grant::everything());
         }
-        let token = token_from(headers)
-            .or(query_token.map(Cow::Borrowed))
-            .ok_or(AuthError::Unauthenticated)?;
-        let hashed = hash(&token);
+        let token = token.ok_or(AuthError::Unauthenticated)?;
+        let hashed = hash(token);
         let allows = |scopes: &[Permission]| {
             scopes
                 .iter()

@@ -43,6 +43,10 @@ pub struct ServeArgs {
     /// Listen address (http.addr).
     #[arg(long)]
     pub http_addr: Option<String>,
+    /// Postgres wire protocol listen address, e.g. 127.0.0.1:5433 (pg.addr; off unless
+    /// set).
+    #[arg(long)]
+    pub pg_addr: Option<String>,
     /// Data directory (storage.dir).
     #[arg(long)]
     pub data_dir: Option<PathBuf>,

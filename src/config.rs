@@ -12,8 +12,9 @@ use serde::{Deserialize, Serialize};
 const ENTRY_ENVELOPE_BYTES: usize = 1 << 20;
 
 /// Sections a `QUIVER_<SECTION>_<KEY>` variable may name.
-const SECTIONS: [&str; 11] = [
+const SECTIONS: [&str; 12] = [
     "http",
+    "pg",
     "storage",
     "wal",
     "cluster",
@@ -32,6 +33,8 @@ const SECTIONS: [&str; 11] = [
 pub struct Config {
     /// HTTP listener and limits.
     pub http: HttpConfig,
+    /// The Postgres wire protocol listener (off unless `pg.addr` is set).
+    pub pg: PgSection,
     /// Data directory, buffers, flushes, Parquet.
     pub storage: StorageSection,
     /// Write-ahead log.
@@ -52,6 +55,25 @@ pub struct Config {
     pub compaction: CompactionSection,
     /// Retention given to databases created from now on.
     pub retention: RetentionSection,
+}
+
+/// `[pg]`: the Postgres wire protocol door.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PgSection {
+    /// Listen address (`127.0.0.1:5433`); none: no Postgres listener.
+    pub addr: Option<String>,
+    /// Postgres connections open at once; more are refused with an error.
+    pub connections_max: usize,
+}
+
+impl Default for PgSection {
+    fn default() -> Self {
+        PgSection {
+            addr: None,
+            connections_max: 256,
+        }
+    }
 }
 
 /// `[retention]`
@@ -368,6 +390,8 @@ impl Default for LogSection {
 pub struct Overrides {
     /// `--http-addr`
     pub http_addr: Option<String>,
+    /// `--pg-addr`
+    pub pg_addr: Option<String>,
     /// `--data-dir`
     pub data_dir: Option<PathBuf>,
     /// `--wal-dir`
@@ -408,6 +432,9 @@ impl Config {
             .map_err(|e: toml::de::Error| anyhow!("configuration: {}", e.message().trim()))?;
         if let Some(a) = &flags.http_addr {
             config.http.addr = a.clone();
+        }
+        if let Some(a) = &flags.pg_addr {
+            config.pg.addr = Some(a.clone());
         }
         if let Some(d) = &flags.data_dir {
             config.storage.dir = d.clone();
@@ -453,6 +480,16 @@ impl Config {
                 self.http.addr
             )
         })
+    }
+
+    /// The parsed Postgres listen address, if the door is on.
+    pub fn pg_addr(&self) -> Result<Option<SocketAddr>> {
+        let Some(addr) = &self.pg.addr else {
+            return Ok(None);
+        };
+        addr.parse()
+            .map(Some)
+            .map_err(|_| anyhow!("pg.addr {addr:?} is not an address like 127.0.0.1:5433"))
     }
 
     /// The static voter set: `1=http://host:port,2=...` parsed and checked (ids unique
@@ -534,6 +571,10 @@ impl Config {
 
     fn validate(&self) -> Result<()> {
         self.http_addr()?;
+        self.pg_addr()?;
+        if self.pg.connections_max == 0 {
+            bail!("pg.connections_max must be at least 1");
+        }
         self.retention_default_ns()?;
         self.wal_sync()?;
         if self.cluster.node_id == 0 {

@@ -7,6 +7,7 @@ mod config;
 mod continuous;
 mod http;
 mod node;
+mod pg;
 mod telemetry;
 mod tls;
 mod verify;
@@ -57,6 +58,7 @@ fn run_serve(args: cli::ServeArgs) -> anyhow::Result<()> {
     };
     let overrides = Overrides {
         http_addr: args.http_addr,
+        pg_addr: args.pg_addr,
         data_dir: args.data_dir,
         wal_dir: args.wal_dir,
         node_id: args.node_id,

@@ -195,6 +195,20 @@ pub async fn serve(config: Config) -> Result<()> {
         header_timeout_ms: config.http.header_timeout_ms,
         shutdown_timeout_ms: config.http.shutdown_timeout_ms,
     };
+    let pg_door = match config.pg_addr()? {
+        Some(pg_addr) => {
+            let pg_listener = tokio::net::TcpListener::bind(pg_addr)
+                .await
+                .with_context(|| format!("pg.addr {pg_addr}: cannot listen"))?;
+            tracing::info!(%pg_addr, "postgres wire protocol listening");
+            Some(tokio::spawn(crate::pg::serve(
+                pg_listener,
+                state.clone(),
+                config.pg.connections_max,
+            )))
+        }
+        None => None,
+    };
     let fatal = Arc::new(tokio::sync::Notify::new());
     let watchdog = tokio::spawn(watch_for_fatal(node.clone(), fatal.clone()));
     let stop = async {
@@ -208,6 +222,9 @@ pub async fn serve(config: Config) -> Result<()> {
         .context("http server")?;
     watchdog.abort();
     cq_runner.abort();
+    if let Some(door) = pg_door {
+        door.abort();
+    }
     for task in background {
         task.abort();
     }

@@ -21,6 +21,7 @@ use std::time::Duration;
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use datafusion::catalog::{CatalogProviderList, MemoryCatalogProviderList};
+use datafusion::common::ScalarValue;
 use datafusion::execution::config::SessionConfig;
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::memory_pool::MemoryPool;
@@ -38,7 +39,7 @@ use crate::config::{QueryConfig, RESULT_CHUNKS_AHEAD_MAX};
 use crate::encode::BatchEncoder;
 use crate::error::Error;
 use crate::memory::{NodeMemory, QueryMemoryPool};
-use crate::produce::{self, Batches, Encoded, Sink};
+use crate::produce::{self, Batches, Described, Encoded, Sink};
 use crate::runtime::QueryRuntime;
 use crate::stream::{EncodedStream, QueryStream, ResultStream};
 use crate::udf;
@@ -166,6 +167,54 @@ impl QueryEngine {
             .await
     }
 
+    /// [`execute_stream`](Self::execute_stream) for a client that may read only the
+    /// databases `access` allows, with the statement's placeholders (`$1`, ...) bound to
+    /// `params` when given (a prepared statement of the Postgres protocol).
+    pub async fn execute_stream_as(
+        &self,
+        database: &str,
+        sql: &str,
+        params: Option<Vec<ScalarValue>>,
+        access: &QueryAccess,
+    ) -> Result<QueryStream, Error> {
+        self.start_with(None, database, sql, params, access, |_| Batches)
+            .await
+    }
+
+    /// Plans `sql` against `database` without running it and tells its result's schema
+    /// and its placeholders' types; with `params`, the placeholders are bound first.
+    /// Planning takes a query slot and keeps to the query timeout like any query.
+    pub async fn describe_as(
+        &self,
+        database: &str,
+        sql: &str,
+        params: Option<Vec<ScalarValue>>,
+        access: &QueryAccess,
+    ) -> Result<Described, Error> {
+        let timeout_ms = self.inner.config.timeout_ms;
+        let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+        let _slot = self.inner.admission.admit(deadline, timeout_ms).await?;
+        let pool = Arc::new(QueryMemoryPool::new(
+            self.inner.config.memory_bytes_max,
+            Arc::clone(&self.inner.node_memory),
+        ));
+        let state = self.session(None, database, access, &pool)?;
+        let task =
+            self.inner
+                .runtime
+                .handle()
+                .spawn(produce::describe(state, sql.to_string(), params));
+        let abort = task.abort_handle();
+        match tokio::time::timeout_at(deadline, task).await {
+            Ok(Ok(described)) => described,
+            Ok(Err(e)) => Err(Error::Internal(format!("planning task failed: {e}"))),
+            Err(_) => {
+                abort.abort();
+                Err(Error::Timeout { ms: timeout_ms })
+            }
+        }
+    }
+
     /// Like [`execute_stream`](Self::execute_stream), but the result is encoded by
     /// `encoder` on the query runtime and arrives as chunks of bytes. The first chunk
     /// carries the format's header with the first rows (or the whole, empty, result).
@@ -228,6 +277,19 @@ impl QueryEngine {
         access: &QueryAccess,
         sink: impl FnOnce(&Arc<QueryMemoryPool>) -> S,
     ) -> Result<ResultStream<S::Item>, Error> {
+        self.start_with(source, database, sql, None, access, sink)
+            .await
+    }
+
+    async fn start_with<S: Sink>(
+        &self,
+        source: Option<Arc<dyn TableSource>>,
+        database: &str,
+        sql: &str,
+        params: Option<Vec<ScalarValue>>,
+        access: &QueryAccess,
+        sink: impl FnOnce(&Arc<QueryMemoryPool>) -> S,
+    ) -> Result<ResultStream<S::Item>, Error> {
         let timeout_ms = self.inner.config.timeout_ms;
         let deadline = Instant::now() + Duration::from_millis(timeout_ms);
         let slot = self.inner.admission.admit(deadline, timeout_ms).await?;
@@ -241,6 +303,7 @@ impl QueryEngine {
         let task = self.inner.runtime.handle().spawn(produce::run(
             state,
             sql.to_string(),
+            params,
             self.inner.config.join_pairs_max,
             Arc::clone(&pool),
             sink,

@@ -34,8 +34,10 @@ mod udf;
 
 pub use catalog::QueryAccess;
 pub use config::{QueryConfig, JOIN_PAIRS_MAX_DEFAULT};
+pub use datafusion::scalar::ScalarValue;
 pub use delete_where::{parse_delete_where, DELETE_WHERE_BYTES_MAX};
 pub use engine::{QueryEngine, QueryOutput, QueryStats, STORAGE_URL};
 pub use error::Error;
+pub use produce::{Described, PARAMS_MAX};
 pub use references::tables_read;
 pub use stream::{EncodedStream, QueryStream, ResultStream};

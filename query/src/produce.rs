@@ -8,12 +8,14 @@
 
 use std::sync::Arc;
 
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
+use datafusion::common::{ParamValues, ScalarValue};
 use datafusion::execution::memory_pool::MemoryReservation;
 use datafusion::execution::session_state::SessionState;
-use datafusion::physical_plan::{execute_stream, ExecutionPlan};
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::execute_stream;
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
@@ -122,13 +124,14 @@ impl Sink for Encoded {
 pub(crate) async fn run<S: Sink>(
     state: SessionState,
     sql: String,
+    params: Option<Vec<ScalarValue>>,
     join_pairs_max: u64,
     pool: Arc<QueryMemoryPool>,
     mut sink: S,
     tx: mpsc::Sender<Message<S::Item>>,
 ) {
     let started = std::time::Instant::now();
-    let outcome = produce(state, &sql, join_pairs_max, &mut sink, &tx).await;
+    let outcome = produce(state, &sql, params, join_pairs_max, &mut sink, &tx).await;
     let message = match outcome {
         Ok(rows) => {
             tracing::debug!(
@@ -148,11 +151,13 @@ pub(crate) async fn run<S: Sink>(
 async fn produce<S: Sink>(
     mut state: SessionState,
     sql: &str,
+    params: Option<Vec<ScalarValue>>,
     join_pairs_max: u64,
     sink: &mut S,
     tx: &mpsc::Sender<Message<S::Item>>,
 ) -> Result<usize, Error> {
-    let plan = plan(&mut state, sql).await?;
+    let logical = plan_logical(&mut state, sql, params).await?;
+    let plan = state.create_physical_plan(&logical).await?;
     join_guard::check_join_sizes(&plan, join_pairs_max)?;
     let client_schema = client_types::client_schema(&plan.schema());
     let schema = client_schema.clone().unwrap_or_else(|| plan.schema());
@@ -181,15 +186,74 @@ async fn produce<S: Sink>(
     Ok(rows)
 }
 
-/// Parses, checks and plans one read-only statement.
-async fn plan(state: &mut SessionState, sql: &str) -> Result<Arc<dyn ExecutionPlan>, Error> {
+/// Parses, checks and plans one read-only statement, its placeholders (`$1`, ...)
+/// replaced by `params` when given.
+async fn plan_logical(
+    state: &mut SessionState,
+    sql: &str,
+    params: Option<Vec<ScalarValue>>,
+) -> Result<LogicalPlan, Error> {
     let statement = sandbox::parse_read_only(sql, &state.config().options().sql_parser)?;
     // Fixes `now()` for the whole statement; the optimizer folds it into a literal.
     state.mark_start_execution();
-    let logical = state.statement_to_plan(statement).await?;
+    let mut logical = state.statement_to_plan(statement).await?;
     sandbox::check_plan(&logical)?;
-    Ok(state.create_physical_plan(&logical).await?)
+    if let Some(params) = params {
+        logical = logical.with_param_values(ParamValues::List(
+            params.into_iter().map(Into::into).collect(),
+        ))?;
+    }
+    Ok(logical)
 }
+
+/// What a statement would answer without running it: its result's schema (as clients
+/// see it) and the types of its placeholders, `$1` first (`None` where the statement
+/// does not constrain one).
+#[derive(Debug, Clone)]
+pub struct Described {
+    /// Columns of the result.
+    pub schema: SchemaRef,
+    /// Placeholder types by position.
+    pub params: Vec<Option<DataType>>,
+}
+
+/// Plans `sql` in `state` (with `params` bound when given) and describes it.
+pub(crate) async fn describe(
+    mut state: SessionState,
+    sql: String,
+    params: Option<Vec<ScalarValue>>,
+) -> Result<Described, Error> {
+    let with_params = params.is_some();
+    let logical = plan_logical(&mut state, &sql, params).await?;
+    let mut types: Vec<Option<DataType>> = Vec::new();
+    if !with_params {
+        for (name, data_type) in logical.get_parameter_types()? {
+            // `$1` is the first; anything else is not a positional placeholder.
+            let Some(position) = name
+                .strip_prefix('$')
+                .and_then(|n| n.parse::<usize>().ok())
+                .filter(|n| (1..=PARAMS_MAX).contains(n))
+            else {
+                return Err(Error::Sql(format!(
+                    "placeholder {name} must be $1 to ${PARAMS_MAX}"
+                )));
+            };
+            if types.len() < position {
+                types.resize(position, None);
+            }
+            types[position - 1] = data_type;
+        }
+    }
+    let schema = Arc::new(logical.schema().as_arrow().clone());
+    let schema = client_types::client_schema(&schema).unwrap_or(schema);
+    Ok(Described {
+        schema,
+        params: types,
+    })
+}
+
+/// Most placeholders one statement may have (the Postgres protocol's own bound).
+pub const PARAMS_MAX: usize = 65_535;
 
 /// Bytes of the rows a batch holds. Batches straight from memory can be slices of larger
 /// buffers; only the slice counts.

@@ -1,6 +1,8 @@
 //! Reading a request body within limits: the size as sent, and after gzip or zstd
-//! decompression (detected by magic bytes as well as `Content-Encoding`). Both limits
-//! are enforced while streaming, so a compression bomb is refused before it inflates.
+//! decompression (detected by magic bytes as well as `Content-Encoding`), or snappy
+//! (Prometheus remote write; by `Content-Encoding` only: its block format has no magic).
+//! Both limits are enforced while streaming, or for snappy from the length its block
+//! declares up front, so a compression bomb is refused before it inflates.
 
 use std::io::Read;
 use std::time::Instant;
@@ -116,20 +118,20 @@ async fn discard_stream(
     }
 }
 
-/// Decompresses gzip or zstd bodies (by `Content-Encoding` or magic bytes), refusing
-/// output beyond `bytes_max` (413) without ever holding more than that.
+/// Decompresses gzip or zstd bodies (by `Content-Encoding` or magic bytes) and snappy
+/// blocks (by `Content-Encoding: snappy`), refusing output beyond `bytes_max` (413)
+/// without ever holding more than that.
 pub fn decompress(body: Bytes, headers: &HeaderMap, bytes_max: usize) -> Result<Bytes, ApiError> {
-    let encoding = headers
-        .get("content-encoding")
-        .and_then(|v| v.to_str().ok())
-        .map(|v| v.trim().to_ascii_lowercase())
-        .unwrap_or_default();
+    let encoding = content_encoding(headers);
+    if encoding == "snappy" {
+        return unsnappy(&body, bytes_max);
+    }
     let gzip = encoding == "gzip" || body.starts_with(&GZIP_MAGIC);
     let zstd = encoding == "zstd" || body.starts_with(&ZSTD_MAGIC);
     if !encoding.is_empty() && encoding != "identity" && !gzip && !zstd {
         return Err(ApiError::with_status(
             axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            format!("unsupported Content-Encoding {encoding:?}; use gzip or zstd"),
+            format!("unsupported Content-Encoding {encoding:?}; use gzip, zstd or snappy"),
         ));
     }
     if gzip {
@@ -149,6 +151,31 @@ pub fn decompress(body: Bytes, headers: &HeaderMap, bytes_max: usize) -> Result<
     } else {
         Ok(body)
     }
+}
+
+/// The request's `Content-Encoding`, trimmed and lower-case (empty when absent).
+pub fn content_encoding(headers: &HeaderMap) -> String {
+    headers
+        .get("content-encoding")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim().to_ascii_lowercase())
+        .unwrap_or_default()
+}
+
+/// A snappy block (not the framed stream format): the length it declares is checked
+/// against `bytes_max` before anything is allocated.
+fn unsnappy(body: &[u8], bytes_max: usize) -> Result<Bytes, ApiError> {
+    let len = snap::raw::decompress_len(body)
+        .map_err(|e| ApiError::bad_request(format!("snappy body does not decompress: {e}")))?;
+    if len > bytes_max {
+        return Err(ApiError::too_large(format!(
+            "snappy body inflates to {len} bytes, past http.decompressed_bytes_max ({bytes_max} bytes)"
+        )));
+    }
+    let out = snap::raw::Decoder::new()
+        .decompress_vec(body)
+        .map_err(|e| ApiError::bad_request(format!("snappy body does not decompress: {e}")))?;
+    Ok(Bytes::from(out))
 }
 
 fn inflate(reader: impl Read, what: &str, bytes_max: usize) -> Result<Bytes, ApiError> {
@@ -192,6 +219,23 @@ mod tests {
             decompress(Bytes::from_static(b"plain"), &h, 100).unwrap(),
             Bytes::from_static(b"plain")
         );
+    }
+
+    #[test]
+    fn snappy_is_taken_from_content_encoding_and_its_declared_length_checked() {
+        let mut h = HeaderMap::new();
+        h.insert("content-encoding", "Snappy".parse().unwrap());
+        let block = snap::raw::Encoder::new()
+            .compress_vec(&vec![7u8; 4096])
+            .unwrap();
+        assert_eq!(
+            decompress(Bytes::from(block.clone()), &h, 4096).unwrap(),
+            Bytes::from(vec![7u8; 4096])
+        );
+        let err = decompress(Bytes::from(block), &h, 4095).unwrap_err();
+        assert_eq!(err.status, axum::http::StatusCode::PAYLOAD_TOO_LARGE);
+        let err = decompress(Bytes::from_static(b"\xff\xff\xff"), &h, 100).unwrap_err();
+        assert_eq!(err.status, axum::http::StatusCode::BAD_REQUEST);
     }
 
     #[test]

@@ -96,13 +96,37 @@ impl From<AuthError> for ApiError {
     }
 }
 
-/// API.md's error body, fields in the documented order.
+/// API.md's error body, fields in the documented order, then InfluxDB 2's `code` and
+/// `message`: Telegraf's `outputs.influxdb_v2` and InfluxDB's client libraries read only
+/// those two, so without them a dropped batch is logged with no reason. `line` (the first
+/// rejected line, as InfluxDB 2 and QuestDB name it) is what QuestDB's clients show next
+/// to the message.
 #[derive(Serialize)]
 struct ErrorBody<'a> {
     success: bool,
     error: &'a str,
     #[serde(skip_serializing_if = "<[RejectedLine]>::is_empty")]
     rejected: &'a [RejectedLine],
+    code: &'static str,
+    message: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    line: Option<usize>,
+}
+
+/// InfluxDB 2's error code for a status (its `platform/errors` names).
+fn influx_code(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::BAD_REQUEST => "invalid",
+        StatusCode::UNAUTHORIZED => "unauthorized",
+        StatusCode::FORBIDDEN => "forbidden",
+        StatusCode::NOT_FOUND => "not found",
+        StatusCode::PAYLOAD_TOO_LARGE => "request too large",
+        StatusCode::UNPROCESSABLE_ENTITY => "unprocessable entity",
+        StatusCode::TOO_MANY_REQUESTS => "too many requests",
+        StatusCode::SERVICE_UNAVAILABLE => "unavailable",
+        s if s.is_client_error() => "invalid",
+        _ => "internal error",
+    }
 }
 
 impl IntoResponse for ApiError {
@@ -111,6 +135,9 @@ impl IntoResponse for ApiError {
             success: false,
             error: &self.message,
             rejected: &self.rejected,
+            code: influx_code(self.status),
+            message: &self.message,
+            line: self.rejected.first().map(|r| r.line),
         };
         let mut response = (self.status, axum::Json(body)).into_response();
         if let Some(s) = self.retry_after_s {

@@ -152,6 +152,7 @@ async fn handle(
             tables,
             rejected,
             lines_total: parsed.lines_total,
+            unit: "lines",
             accept_partial,
             expired: None,
         })

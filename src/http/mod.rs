@@ -11,6 +11,7 @@ mod internal;
 mod line_protocol;
 mod msgpack;
 mod ops;
+mod prom_write;
 mod query;
 mod query_response;
 mod query_sql;
@@ -96,6 +97,7 @@ pub fn router(state: AppState) -> Router {
         .route("/write", post(line_protocol::write_v1))
         .route("/api/v2/write", post(line_protocol::write_v2))
         .route("/api/v3/write_lp", post(line_protocol::write_v3))
+        .route("/api/v1/prom/write", post(prom_write::write_prom))
         .route("/ping", get(ops::ping).head(ops::ping))
         .route("/api/v1/query", post(query::query_json))
         .route("/api/v1/query/arrow", post(query::query_arrow))

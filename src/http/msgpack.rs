@@ -47,6 +47,7 @@ pub async fn write_msgpack(
             tables,
             rejected: Vec::new(),
             lines_total: 0,
+            unit: "lines",
             accept_partial: false,
             expired,
         })
@@ -64,11 +65,12 @@ pub async fn write_msgpack(
 }
 
 /// Decoded rows per measurement.
-type Tables = Vec<(String, arrow::record_batch::RecordBatch)>;
+pub(super) type Tables = Vec<(String, arrow::record_batch::RecordBatch)>;
 
 /// Rows older than their measurement's retention are not written (the others are):
-/// says how many, of how many, and why.
-fn refuse_expired(
+/// says how many, of how many, and why. Shared by the formats that refuse a request as
+/// a whole (MessagePack, Prometheus remote write).
+pub(super) fn refuse_expired(
     storage: &quiver_storage::Storage,
     database: &str,
     tables: Tables,

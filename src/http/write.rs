@@ -1,5 +1,6 @@
 //! The write pipeline every ingest endpoint shares; only the decode step depends on the
-//! format (MessagePack in `msgpack.rs`, line protocol in `line_protocol.rs`).
+//! format (MessagePack in `msgpack.rs`, line protocol in `line_protocol.rs`, Prometheus
+//! remote write in `prom_write.rs`).
 //!
 //! A write, from handler to 204, in the files that do the work:
 //!
@@ -7,8 +8,8 @@
 //!    and the byte budget; a refusal is 429/503 with `Retry-After`, sent after the body
 //!    is drained so it reaches the client;
 //! 2. `body.rs`: the body within `http.body_bytes_max` and `http.body_timeout_ms`, then
-//!    gzip/zstd within `http.decompressed_bytes_max`;
-//! 3. `msgpack.rs` / `line_protocol.rs` → quiver-storage: decode into Arrow batches,
+//!    gzip/zstd/snappy within `http.decompressed_bytes_max`;
+//! 3. `msgpack.rs` / `line_protocol.rs` / `prom_write.rs` → quiver-storage: decode into Arrow batches,
 //!    validated against the stored schema (on a blocking thread);
 //! 4. here: the batches become one log command of at most `raft.entry_bytes_max`
 //!    (`quiver_raft::WriteCommand`, Arrow IPC);
@@ -18,7 +19,7 @@
 //!    commit) on a majority;
 //! 7. `raft/src/state_machine.rs` → `storage/src/store.rs` `apply_write`: the rows join
 //!    the table's live buffer, visible to queries;
-//! 8. back here: 204, or 400 listing the rejected lines of a partial write.
+//! 8. back here: 204, or 400 listing the rejected lines (or series) of a partial write.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -38,10 +39,12 @@ use super::AppState;
 pub struct Decoded {
     /// Rows per measurement, validated against the stored schemas.
     pub tables: Vec<(String, RecordBatch)>,
-    /// Lines refused (line protocol only), in line order.
+    /// Lines (line protocol) or series (remote write) refused, in body order.
     pub rejected: Vec<RejectedLine>,
-    /// Lines in the body (line protocol only), for the partial-write message.
+    /// Lines or series in the body, for the partial-write message.
     pub lines_total: usize,
+    /// What `rejected` counts, for the message: `"lines"` or `"series"`.
+    pub unit: &'static str,
     /// Whether the valid rows are written when some lines were refused.
     pub accept_partial: bool,
     /// Rows refused as older than their retention (MessagePack; line protocol lists
@@ -71,6 +74,8 @@ pub enum Format {
     MsgPack,
     /// InfluxDB line protocol.
     LineProtocol,
+    /// Prometheus remote write 1.0.
+    PromRemoteWrite,
 }
 
 impl Format {
@@ -78,6 +83,7 @@ impl Format {
         match self {
             Format::MsgPack => "msgpack",
             Format::LineProtocol => "line_protocol",
+            Format::PromRemoteWrite => "prometheus_remote_write",
         }
     }
 }
@@ -116,7 +122,7 @@ pub async fn write(
         .map_err(|e| ApiError::internal(e.to_string()))?;
     let budget = app.write_budget.clone();
     let mut charge = std::mem::take(&mut admitted.charge);
-    let (command, rejected, lines_total, accept_partial, expired, charge) =
+    let (command, rejected, lines_total, unit, accept_partial, expired, charge) =
         tokio::task::spawn_blocking(move || {
             let payload = decompress(raw.clone(), &headers, decompressed_bytes_max)?;
             if payload.len() != raw.len() {
@@ -156,6 +162,7 @@ pub async fn write(
                 command,
                 decoded.rejected,
                 decoded.lines_total,
+                decoded.unit,
                 decoded.accept_partial,
                 decoded.expired,
                 charge,
@@ -184,11 +191,11 @@ pub async fn write(
     metrics::counter!("quiver_lines_rejected_total").increment(rejected.len() as u64);
     let message = if accept_partial {
         format!(
-            "partial write: {} of {lines_total} lines rejected",
+            "partial write: {} of {lines_total} {unit} rejected",
             rejected.len()
         )
     } else {
-        format!("write refused: {} of {lines_total} lines invalid; nothing was written (accept_partial=false)", rejected.len())
+        format!("write refused: {} of {lines_total} {unit} invalid; nothing was written (accept_partial=false)", rejected.len())
     };
     Err(ApiError::partial(message, rejected))
 }

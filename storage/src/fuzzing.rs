@@ -16,6 +16,7 @@ use crate::ids::TimestampNs;
 use crate::limits::WriteLimits;
 use crate::line_protocol::{parse_line_protocol, LpOutput, Precision};
 use crate::msgpack::decode_msgpack;
+use crate::prom_remote::{decode_prom_write, VALUE_COLUMN};
 use crate::schema::TIME_COLUMN;
 
 /// The server time the fuzz targets stamp rows without a timestamp with.
@@ -93,6 +94,34 @@ pub fn msgpack(data: &[u8]) {
                 assert!(!out.is_empty());
                 assert!(out.iter().all(|(_, b)| b.num_rows() > 0));
                 check_limits(out.iter().map(|(m, b)| (m.as_str(), b)), &limits);
+            }
+            Err(Error::LimitExceeded { value, max, .. }) => {
+                assert!(value > max, "a limit refused {value} <= {max}")
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// Arbitrary bytes through the Prometheus remote-write decoder with both sets of
+/// limits: an error is fine, a panic is not; a decoded request lists each refused series
+/// once, in order, has rows in every batch, a float `value` column in each, and respects
+/// the limits.
+pub fn prom_remote(data: &[u8]) {
+    for limits in [WriteLimits::default(), tight_limits()] {
+        match decode_prom_write(data, &limits, &|_| None) {
+            Ok(out) => {
+                assert!(out.rejected.len() <= out.series_total);
+                assert!(out.rejected.windows(2).all(|w| w[0].series < w[1].series));
+                assert!(out
+                    .rejected
+                    .iter()
+                    .all(|r| r.series >= 1 && r.series <= out.series_total));
+                assert!(out.tables.iter().all(|(_, b)| b.num_rows() > 0));
+                assert!(out.tables.iter().all(|(_, b)| b
+                    .column_by_name(VALUE_COLUMN)
+                    .is_some_and(|c| c.data_type() == &arrow::datatypes::DataType::Float64)));
+                check_limits(out.tables.iter().map(|(m, b)| (m.as_str(), b)), &limits);
             }
             Err(Error::LimitExceeded { value, max, .. }) => {
                 assert!(value > max, "a limit refused {value} <= {max}")

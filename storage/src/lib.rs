@@ -1,6 +1,6 @@
 //! quiver-storage: Quiver's data model and everything between decoded rows and Parquet.
 //!
-//! It decodes MessagePack and line protocol into validated Arrow batches, keeps the
+//! It decodes MessagePack, line protocol and Prometheus remote write into validated Arrow batches, keeps the
 //! in-memory buffer per (database, measurement), freezes it into segments when a flush
 //! entry is applied, writes segments as Parquet through `object_store`, and keeps the
 //! sled catalog that indexes those files. It knows nothing of Raft: callers hand it log
@@ -26,6 +26,7 @@ mod msgpack;
 mod parquet_encode;
 mod paths;
 mod policies;
+pub mod prom_remote;
 mod rows;
 mod schema;
 mod store;
@@ -55,6 +56,7 @@ pub use msgpack::decode_msgpack;
 pub use parquet_encode::ParquetSettings;
 pub use paths::{escaped_len, parquet_path, PATH_COMPONENT_BYTES_MAX};
 pub use policies::{Policies, PolicyChange, PolicyOutcome, Scope, TokenRecord};
+pub use prom_remote::{decode_prom_write, PromWrite, RejectedSeries};
 pub use rows::{FieldValue, RowBatchBuilder, RowError};
 pub use schema::{
     canonical_schema, conform, tag_type, widen_integers_to_stored, with_tags_as, ColumnKind,

@@ -70,6 +70,7 @@ class Node:
         self.workdir = workdir
         self.host = "127.0.0.1"
         self.port = 0
+        self.pg_port = 0
         self.url = ""
         self.proc: subprocess.Popen | None = None
         self.log_path = workdir / "quiver.log"
@@ -81,6 +82,7 @@ class Node:
         # quiver binds it; try a few ports before giving up.
         for _attempt in range(3):
             self.port = free_port()
+            self.pg_port = free_port()
             self.url = f"http://{self.host}:{self.port}"
             data_dir = self.workdir / f"data-{self.port}"
             env = dict(os.environ)
@@ -94,6 +96,9 @@ class Node:
                     f"{self.host}:{self.port}",
                     "--data-dir",
                     str(data_dir),
+                    # The Postgres wire protocol door (tests/compat/test_postgres.py).
+                    "--pg-addr",
+                    f"{self.host}:{self.pg_port}",
                 ],
                 env=env,
                 stdout=log,

@@ -1,4 +1,4 @@
-//! The fuzz corpora (`fuzz/corpus/{line_protocol,msgpack}`) replayed as an ordinary test,
+//! The fuzz corpora (`fuzz/corpus/{line_protocol,msgpack,prom_remote}`) replayed as an ordinary test,
 //! through exactly what the fuzz targets run (`quiver_storage::fuzzing`): every input
 //! the fuzzer ever kept, and every crash it found once committed there, is checked on
 //! every `cargo test`, without a nightly compiler or libFuzzer.
@@ -49,5 +49,11 @@ fn line_protocol_corpus_replays_clean() {
 #[test]
 fn msgpack_corpus_replays_clean() {
     let replayed = replay("msgpack", quiver_storage::fuzzing::msgpack);
+    assert!(replayed > 0);
+}
+
+#[test]
+fn prom_remote_corpus_replays_clean() {
+    let replayed = replay("prom_remote", quiver_storage::fuzzing::prom_remote);
     assert!(replayed > 0);
 }

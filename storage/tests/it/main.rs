@@ -12,4 +12,5 @@ mod limits;
 mod line_protocol_props;
 mod msgpack_props;
 mod parquet_layout;
+mod prom_props;
 mod storage_cycle;

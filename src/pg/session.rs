@@ -1,0 +1,392 @@
+//! Queries over the Postgres protocol: the simple protocol (`Query`) and the extended
+//! one (`Parse`, `Bind`, `Describe`, `Execute`, `Sync`), both through the same engine,
+//! sandbox, limits and admission as `POST /api/v1/query`.
+//!
+//! `Parse` plans the statement once (taking a query slot, like any query) to learn its
+//! result columns and its placeholders' types, which `Describe` then reports; `Execute`
+//! runs it with the bound values. Statements the door answers itself (`BEGIN`, `SET`,
+//! psql's catalog queries) never reach the engine ([`catalog`](super::catalog)).
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, SchemaRef};
+use async_trait::async_trait;
+use bytes::{BufMut, BytesMut};
+use futures::sink::Sink;
+use futures::{stream, StreamExt, TryStreamExt};
+use pgwire::api::portal::{Format, Portal};
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::results::{FieldInfo, QueryResponse, Response, Tag};
+use pgwire::api::stmt::QueryParser;
+use pgwire::api::store::PortalStore;
+use pgwire::api::{ClientInfo, ClientPortalStore, Type};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::data::DataRow;
+use pgwire::messages::PgWireBackendMessage;
+use quiver_query::{QueryAccess, QueryStream, ScalarValue};
+
+use super::cancel::{cancelled_error, Cancel};
+use super::catalog::{self, Context, Local};
+use super::encode;
+use super::params;
+use super::startup::database;
+use crate::http::AppState;
+
+/// A parsed statement.
+#[derive(Debug, Clone)]
+pub enum Statement {
+    /// Runs on the engine.
+    Sql {
+        /// The SQL as the client sent it.
+        sql: String,
+        /// Its result's columns, as planned at `Parse`.
+        schema: SchemaRef,
+        /// Its placeholders' types, `$1` first.
+        params: Vec<Option<DataType>>,
+    },
+    /// Answered by the door.
+    Local(Local),
+}
+
+/// The error a client sees for a failed query, with the SQLSTATE that says what kind.
+pub fn query_error(e: &quiver_query::Error) -> ErrorInfo {
+    use quiver_query::Error as E;
+    let code = match e {
+        E::Refused(_) => "0A000",            // feature_not_supported
+        E::Sql(_) => "42000",                // syntax_error_or_access_rule_violation
+        E::Timeout { .. } => "57014",        // query_canceled
+        E::ResourcesExhausted(_) => "53200", // out_of_memory
+        E::Busy { .. } => "53000",           // insufficient_resources
+        E::Internal(_) => "XX000",
+    };
+    ErrorInfo::new("ERROR".to_string(), code.to_string(), e.to_string())
+}
+
+fn user_error(code: &str, message: String) -> PgWireError {
+    PgWireError::UserError(Box::new(ErrorInfo::new(
+        "ERROR".to_string(),
+        code.to_string(),
+        message,
+    )))
+}
+
+fn engine_error(e: quiver_query::Error) -> PgWireError {
+    PgWireError::UserError(Box::new(query_error(&e)))
+}
+
+fn cancel<C: ClientInfo>(client: &C) -> PgWireResult<Arc<Cancel>> {
+    client
+        .session_extensions()
+        .get::<Arc<Cancel>>()
+        .map(|cancel| Arc::clone(&*cancel))
+        .ok_or_else(|| user_error("28000", "the connection is not authenticated".into()))
+}
+
+fn access<C: ClientInfo>(client: &C) -> PgWireResult<Arc<QueryAccess>> {
+    client
+        .session_extensions()
+        .get::<QueryAccess>()
+        .ok_or_else(|| user_error("28000", "the connection is not authenticated".into()))
+}
+
+/// Parses statements for the extended protocol.
+pub struct Parser {
+    app: AppState,
+}
+
+#[async_trait]
+impl QueryParser for Parser {
+    type Statement = Statement;
+
+    async fn parse_sql<C>(
+        &self,
+        client: &C,
+        sql: &str,
+        _types: &[Option<Type>],
+    ) -> PgWireResult<Option<Statement>>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        match catalog::classify(sql) {
+            Ok(Some(local)) => return Ok(Some(Statement::Local(local))),
+            Ok(None) => {}
+            Err(message) => return Err(user_error("0A000", message)),
+        }
+        let access = access(client)?;
+        let described = self
+            .app
+            .query
+            .describe_as(&database(client), sql, None, &access)
+            .await
+            .map_err(engine_error)?;
+        Ok(Some(Statement::Sql {
+            sql: sql.to_string(),
+            schema: described.schema,
+            params: described.params,
+        }))
+    }
+
+    fn get_parameter_types(&self, statement: &Statement) -> PgWireResult<Vec<Type>> {
+        Ok(match statement {
+            Statement::Sql { params: types, .. } => types
+                .iter()
+                .map(|t| params::described_type(t.as_ref()))
+                .collect(),
+            Statement::Local(_) => vec![],
+        })
+    }
+
+    fn get_result_schema(
+        &self,
+        statement: &Statement,
+        format: Option<&Format>,
+    ) -> PgWireResult<Vec<FieldInfo>> {
+        let format = format.cloned().unwrap_or_default();
+        Ok(match statement {
+            Statement::Sql { schema, .. } => encode::fields(schema, &format),
+            Statement::Local(local) => local_fields(local, &format),
+        })
+    }
+}
+
+fn local_fields(local: &Local, format: &Format) -> Vec<FieldInfo> {
+    local
+        .columns()
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .map(|(i, name)| {
+            FieldInfo::new(
+                name.to_string(),
+                None,
+                None,
+                Type::TEXT,
+                format.format_for(i),
+            )
+        })
+        .collect()
+}
+
+/// Both query protocols of one door.
+pub struct Session {
+    app: AppState,
+    parser: Arc<Parser>,
+}
+
+impl Session {
+    pub fn new(app: AppState) -> Self {
+        Session {
+            parser: Arc::new(Parser { app: app.clone() }),
+            app,
+        }
+    }
+
+    /// Runs `sql` (with `params` bound) and streams its rows in `format`, until done or
+    /// cancelled.
+    async fn run(
+        &self,
+        database: &str,
+        access: &QueryAccess,
+        sql: &str,
+        params: Option<Vec<ScalarValue>>,
+        format: &Format,
+        cancel: &Cancel,
+    ) -> PgWireResult<Response> {
+        let started = std::time::Instant::now();
+        let start = self
+            .app
+            .query
+            .execute_stream_as(database, sql, params, access);
+        let stream = tokio::select! {
+            stream = start => stream.map_err(engine_error)?,
+            () = cancel.cancelled() => return Err(cancelled_error()),
+        };
+        let fields = Arc::new(encode::fields(&stream.schema(), format));
+        metrics::counter!("quiver_pg_queries_total").increment(1);
+        Ok(Response::Query(QueryResponse::new(
+            Arc::clone(&fields),
+            rows(stream, fields, started, cancel.cancelled()),
+        )))
+    }
+
+    /// Answers a statement the door handles itself.
+    async fn local(
+        &self,
+        local: &Local,
+        database: &str,
+        access: &QueryAccess,
+        format: &Format,
+    ) -> PgWireResult<Response> {
+        match local {
+            Local::Begin => return Ok(Response::TransactionStart(Tag::new("BEGIN"))),
+            Local::End(tag) => return Ok(Response::TransactionEnd(Tag::new(tag))),
+            Local::Command(tag) => return Ok(Response::Execution(Tag::new(tag))),
+            _ => {}
+        }
+        let cx = Context {
+            engine: &self.app.query,
+            database,
+            access,
+        };
+        let fields = Arc::new(local_fields(local, format));
+        let rows = local.rows(&cx).await.map_err(engine_error)?;
+        let count = fields.len() as i16;
+        let rows: Vec<PgWireResult<DataRow>> = rows
+            .into_iter()
+            .map(|row| {
+                let mut buf = BytesMut::new();
+                for value in row {
+                    match value {
+                        None => buf.put_i32(-1),
+                        Some(v) => {
+                            buf.put_i32(v.len() as i32);
+                            buf.put_slice(v.as_bytes());
+                        }
+                    }
+                }
+                Ok(DataRow::new(buf, count))
+            })
+            .collect();
+        let mut response = QueryResponse::new(fields, stream::iter(rows));
+        if let Local::Show(..) = local {
+            response.set_command_tag("SHOW");
+        }
+        Ok(Response::Query(response))
+    }
+}
+
+/// The rows of a running query, encoded batch by batch as the client reads them.
+/// A cancel request ends it with `57014`; dropping it stops the query.
+fn rows(
+    stream: QueryStream,
+    fields: Arc<Vec<FieldInfo>>,
+    started: std::time::Instant,
+    cancelled: impl std::future::Future<Output = ()> + Send + 'static,
+) -> impl futures::Stream<Item = PgWireResult<DataRow>> + Send + 'static {
+    let was_cancelled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = Arc::clone(&was_cancelled);
+    let cancelled = async move {
+        cancelled.await;
+        flag.store(true, std::sync::atomic::Ordering::Release);
+    };
+    let done = stream::once(async move {
+        if was_cancelled.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(cancelled_error());
+        }
+        metrics::histogram!("quiver_query_seconds").record(started.elapsed().as_secs_f64());
+        Ok::<_, PgWireError>(stream::iter(Vec::<PgWireResult<DataRow>>::new()))
+    });
+    stream
+        .take_until(cancelled)
+        .map(move |batch| {
+            let batch = batch.map_err(engine_error)?;
+            let rows = encode::rows(&batch, &fields).map_err(|e| user_error("XX000", e))?;
+            let rows: Vec<PgWireResult<DataRow>> = rows.into_iter().map(Ok).collect();
+            Ok(stream::iter(rows))
+        })
+        .chain(done)
+        .try_flatten()
+}
+
+#[async_trait]
+impl SimpleQueryHandler for Session {
+    async fn do_query<C>(&self, client: &mut C, sql: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let database = database(client);
+        let access = access(client)?;
+        let cancel = cancel(client)?;
+        let format = Format::UnifiedText;
+        let response = match catalog::classify(sql) {
+            Ok(Some(local)) => self.local(&local, &database, &access, &format).await,
+            Ok(None) => {
+                self.run(&database, &access, sql, None, &format, &cancel)
+                    .await
+            }
+            Err(message) => Err(user_error("0A000", message)),
+        };
+        Ok(vec![response.unwrap_or_else(|e| match e {
+            PgWireError::UserError(info) => Response::Error(info),
+            other => Response::Error(Box::new(ErrorInfo::new(
+                "ERROR".into(),
+                "XX000".into(),
+                other.to_string(),
+            ))),
+        })])
+    }
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for Session {
+    type Statement = Statement;
+    type QueryParser = Parser;
+
+    fn query_parser(&self) -> Arc<Parser> {
+        Arc::clone(&self.parser)
+    }
+
+    async fn do_query<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<Statement>,
+        _max_rows: usize,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let database = database(client);
+        let access = access(client)?;
+        let cancel = cancel(client)?;
+        match &portal.statement.statement {
+            Statement::Local(local) => {
+                self.local(local, &database, &access, &portal.result_column_format)
+                    .await
+            }
+            Statement::Sql {
+                sql,
+                params: targets,
+                ..
+            } => {
+                let types: Vec<Type> = (0..portal.parameters.len())
+                    .map(|i| {
+                        portal
+                            .statement
+                            .parameter_types
+                            .get(i)
+                            .cloned()
+                            .flatten()
+                            .filter(|t| *t != Type::UNKNOWN)
+                            .unwrap_or_else(|| {
+                                params::described_type(targets.get(i).and_then(Option::as_ref))
+                            })
+                    })
+                    .collect();
+                let values = params::decode(
+                    &portal.parameters,
+                    &portal.parameter_format,
+                    &types,
+                    targets,
+                )
+                .map_err(|e| user_error("22P02", e))?;
+                let values = (!values.is_empty()).then_some(values);
+                self.run(
+                    &database,
+                    &access,
+                    sql,
+                    values,
+                    &portal.result_column_format,
+                    &cancel,
+                )
+                .await
+            }
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! Startup: the database the client names, and its password checked as a Quiver token.
+//!
+//! The startup message's `database` selects the Quiver database (`default` when the
+//! client names none). With authentication on, the server asks for a cleartext password
+//! and takes it as a token with `read` permission that may read that database; with
+//! `--auth none` the connection is accepted at once. The `user` name is not checked.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::sink::{Sink, SinkExt};
+use pgwire::api::auth::{
+    finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata,
+    ServerParameterProvider, StartupHandler,
+};
+use pgwire::api::{
+    ClientInfo, PgWireConnectionState, PidSecretKeyGenerator, RandomPidSecretKeyGenerator,
+    METADATA_DATABASE,
+};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::startup::Authentication;
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use quiver_query::QueryAccess;
+
+use super::cancel::Registry;
+use super::catalog::SERVER_VERSION;
+use crate::auth::{AuthError, Permission};
+use crate::http::AppState;
+
+/// Checks who connects, then sends the session parameters.
+pub struct Startup {
+    app: AppState,
+    cancels: Arc<Registry>,
+    keys: RandomPidSecretKeyGenerator,
+}
+
+impl Startup {
+    pub fn new(app: AppState, cancels: Arc<Registry>) -> Self {
+        Startup {
+            app,
+            cancels,
+            keys: RandomPidSecretKeyGenerator::default(),
+        }
+    }
+}
+
+/// The database of a connection, as its startup message named it.
+pub fn database<C: ClientInfo>(client: &C) -> String {
+    client
+        .metadata()
+        .get(METADATA_DATABASE)
+        .filter(|d| !d.is_empty())
+        .cloned()
+        .unwrap_or_else(|| "default".to_string())
+}
+
+fn fatal(code: &str, message: String) -> PgWireError {
+    PgWireError::UserError(Box::new(ErrorInfo::new(
+        "FATAL".to_string(),
+        code.to_string(),
+        message,
+    )))
+}
+
+#[async_trait]
+impl StartupHandler for Startup {
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        match message {
+            PgWireFrontendMessage::Startup(ref startup) => {
+                protocol_negotiation(client, startup).await?;
+                save_startup_parameters_to_metadata(client, startup);
+                let database = database(client);
+                if let Err(e) = quiver_storage::validate_database_name(&database) {
+                    return Err(fatal("3D000", format!("database {database:?}: {e}")));
+                }
+                if self.app.auth.enabled() {
+                    client.set_state(PgWireConnectionState::AuthenticationInProgress);
+                    client
+                        .send(PgWireBackendMessage::Authentication(
+                            Authentication::CleartextPassword,
+                        ))
+                        .await?;
+                } else {
+                    self.accept(client, QueryAccess::all()).await?;
+                }
+            }
+            PgWireFrontendMessage::PasswordMessageFamily(password) => {
+                let password = password.into_password()?;
+                let database = database(client);
+                let grant = self
+                    .app
+                    .auth
+                    .check_token(Some(&password.password), Permission::Read)
+                    .and_then(|grant| grant.database(&database).map(|()| grant));
+                match grant {
+                    Ok(grant) => self.accept(client, grant.query_access()).await?,
+                    Err(AuthError::Unauthenticated) => {
+                        metrics::counter!("quiver_pg_auth_failures_total").increment(1);
+                        return Err(fatal(
+                            "28P01",
+                            "password authentication failed: the password must be a Quiver token"
+                                .to_string(),
+                        ));
+                    }
+                    Err(AuthError::Forbidden) => {
+                        return Err(fatal(
+                            "42501",
+                            format!("the token may not read database {database:?}"),
+                        ))
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+impl Startup {
+    async fn accept<C>(&self, client: &mut C, access: QueryAccess) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        client.session_extensions().insert(access);
+        let (pid, secret_key) = self.keys.generate(client);
+        // A cancel request names this pair; the registration ends with the connection.
+        let (cancel, registration) = self.cancels.register(pid, &secret_key);
+        client.set_pid_and_secret_key(pid, secret_key);
+        client.session_extensions().insert(cancel);
+        client.session_extensions().insert(registration);
+        metrics::counter!("quiver_pg_connections_total").increment(1);
+        finish_authentication(client, &Parameters).await
+    }
+}
+
+/// The session parameters a client learns at startup.
+struct Parameters;
+
+impl ServerParameterProvider for Parameters {
+    fn server_parameters<C: ClientInfo>(&self, client: &C) -> Option<HashMap<String, String>> {
+        let mut params = HashMap::new();
+        for (key, value) in [
+            ("server_version", SERVER_VERSION),
+            ("server_encoding", "UTF8"),
+            ("client_encoding", "UTF8"),
+            ("DateStyle", "ISO, YMD"),
+            ("IntervalStyle", "postgres"),
+            ("TimeZone", "UTC"),
+            ("integer_datetimes", "on"),
+            ("standard_conforming_strings", "on"),
+            ("is_superuser", "off"),
+            ("in_hot_standby", "off"),
+            ("default_transaction_read_only", "on"),
+        ] {
+            params.insert(key.to_string(), value.to_string());
+        }
+        params.insert("search_path".to_string(), database(client));
+        if let Some(name) = client.metadata().get("application_name") {
+            params.insert("application_name".to_string(), name.clone());
+        }
+        Some(params)
+    }
+}

@@ -1,0 +1,238 @@
+"""Real Postgres clients against Quiver's Postgres wire protocol door (`--pg-addr`).
+
+- Debian's `psql` (`postgresql-client`): `\\l`, `\\dt`, `\\d cpu`, an aggregation, a
+  refused password; its default `sslmode=prefer` sends an SSLRequest first, which the
+  door answers `N`.
+- Python `psycopg` 3: server-side parameters (`Parse`/`Bind` with `$1`), text and
+  binary results, named prepared statements, `BEGIN`/`COMMIT` as psycopg sends them,
+  `SHOW`, errors with their SQLSTATE, a cancel request stopping a running query.
+- `asyncpg`: the extended protocol with `Describe` before `Bind` (it encodes its
+  parameters from the types the server describes) and binary results throughout.
+
+`scripts/compat.sh` installs `postgresql-client` when `psql` is missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import shutil
+import subprocess
+import threading
+import time
+
+import asyncpg
+import psycopg
+import pytest
+
+from conftest import TOKEN
+
+T0_NS = 1_700_000_000_000_000_000  # 2023-11-14 22:13:20 UTC
+T0 = dt.datetime(2023, 11, 14, 22, 13, 20)
+
+LINES = [
+    f'cpu,host=a usage=0.25,count=1i,ok=true,note="first",big=18446744073709551615u {T0_NS}',
+    f'cpu,host=a usage=0.75,count=2i,ok=false,note="second",big=1u {T0_NS + 1_000_000_000}',
+    f'cpu,host=b usage=1.5,count=3i,ok=true,note="third",big=20000u {T0_NS + 2_000_123_000}',
+    f"mem,host=a used=10i {T0_NS}",
+]
+
+
+@pytest.fixture
+def pg_db(node, db):
+    status, _, body = node.request(
+        "POST",
+        f"/api/v2/write?bucket={db}&precision=ns",
+        "\n".join(LINES).encode(),
+        {"Authorization": f"Token {TOKEN}"},
+    )
+    assert status == 204, body
+    return db
+
+
+def psql(node, db, *args, password=TOKEN, check=True):
+    env = dict(os.environ, PGPASSWORD=password, PGCONNECT_TIMEOUT="10")
+    env.pop("PGSSLMODE", None)
+    proc = subprocess.run(
+        ["psql", "-X", "-h", node.host, "-p", str(node.pg_port), "-U", "quiver", "-d", db, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if check:
+        assert proc.returncode == 0, f"psql {args}: {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def need_psql():
+    if shutil.which("psql") is None:
+        pytest.fail("psql is not installed (scripts/compat.sh installs postgresql-client)")
+
+
+def test_psql_lists_and_describes_tables_and_aggregates(node, pg_db, need_psql):
+    listing = psql(node, pg_db, "-c", r"\dt").stdout
+    assert "cpu" in listing and "mem" in listing, listing
+    assert "table" in listing
+
+    only_cpu = psql(node, pg_db, "-c", r"\dt c*").stdout
+    assert "cpu" in only_cpu and "mem" not in only_cpu, only_cpu
+
+    described = psql(node, pg_db, "-c", r"\d cpu").stdout
+    assert f'Table "{pg_db}.cpu"' in described, described
+    for column, pg_type in [
+        ("time", "timestamp without time zone"),
+        ("host", "text"),
+        ("usage", "double precision"),
+        ("count", "bigint"),
+        ("ok", "boolean"),
+        ("note", "text"),
+        ("big", "numeric"),
+    ]:
+        line = next((l for l in described.splitlines() if l.strip().startswith(column + " ")), None)
+        assert line is not None and pg_type in line, f"{column}: {described}"
+
+    missing = psql(node, pg_db, "-c", r"\d nosuch", check=False)
+    assert "Did not find any relation named" in missing.stderr, missing
+
+    databases = psql(node, pg_db, "-c", r"\l").stdout
+    assert pg_db in databases, databases
+
+    out = psql(
+        node,
+        pg_db,
+        "-A",
+        "-t",
+        "-F",
+        "|",
+        "-c",
+        "SELECT host, count(*), sum(usage), max(time) FROM cpu GROUP BY host ORDER BY host",
+    ).stdout
+    assert out.strip().splitlines() == [
+        "a|2|1|2023-11-14 22:13:21",
+        "b|1|1.5|2023-11-14 22:13:22.000123",
+    ], out
+
+
+def test_psql_refuses_a_wrong_password(node, pg_db, need_psql):
+    proc = psql(node, pg_db, "-c", "SELECT 1", password="not-a-token", check=False)
+    assert proc.returncode != 0
+    assert "password authentication failed" in proc.stderr, proc.stderr
+
+
+def conninfo(node, db, password=TOKEN):
+    return f"host={node.host} port={node.pg_port} dbname={db} user=quiver password={password}"
+
+
+def test_psycopg_server_side_parameters_text_and_binary(node, pg_db):
+    query = "SELECT time, host, usage, count, ok, note, big FROM cpu WHERE host = %s AND usage > %s ORDER BY time"
+    expected = [
+        (T0 + dt.timedelta(seconds=1), "a", 0.75, 2, False, "second", 1),
+    ]
+    # Not autocommit: psycopg wraps the queries in BEGIN ... COMMIT.
+    with psycopg.connect(conninfo(node, pg_db)) as conn:
+        for binary in (False, True):
+            with conn.cursor(binary=binary) as cur:
+                cur.execute(query, ("a", 0.5))
+                rows = cur.fetchall()
+                assert [r[:6] for r in rows] == [e[:6] for e in expected], (binary, rows)
+                assert int(rows[0][6]) == 1
+                assert [d.name for d in cur.description] == [
+                    "time", "host", "usage", "count", "ok", "note", "big",
+                ]
+        # A named prepared statement, executed twice with other values.
+        with conn.cursor() as cur:
+            for host, n in [("a", 2), ("b", 1)]:
+                cur.execute("SELECT count(*) FROM cpu WHERE host = %s", (host,), prepare=True)
+                assert cur.fetchone()[0] == n
+            cur.execute(
+                "SELECT big, time FROM cpu WHERE time >= %s ORDER BY time", (T0 + dt.timedelta(seconds=2),)
+            )
+            big, time = cur.fetchone()
+            assert int(big) == 20000
+            assert time == T0 + dt.timedelta(seconds=2, microseconds=123)
+            cur.execute("SELECT big FROM cpu ORDER BY time LIMIT 1", binary=True)
+            assert int(cur.fetchone()[0]) == 18446744073709551615
+        conn.commit()
+
+
+def test_psycopg_session_statements_and_errors(node, pg_db):
+    with psycopg.connect(conninfo(node, pg_db), autocommit=True) as conn:
+        assert conn.info.server_version >= 120000
+        conn.execute("SET application_name = 'compat'")
+        assert conn.execute("SHOW server_version_num").fetchone()[0] == str(conn.info.server_version)
+        rows = conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1",
+            (pg_db,),
+        ).fetchall()
+        assert rows == [("cpu",), ("mem",)]
+        with pytest.raises(psycopg.errors.SyntaxErrorOrAccessRuleViolation) as missing:
+            conn.execute("SELECT * FROM nosuch")
+        assert "nosuch" in str(missing.value)
+        with pytest.raises(psycopg.errors.FeatureNotSupported):
+            conn.execute("DROP TABLE cpu")
+        # The connection is still usable after errors.
+        assert conn.execute("SELECT count(*) FROM mem").fetchone()[0] == 1
+
+    with pytest.raises(psycopg.OperationalError) as refused:
+        psycopg.connect(conninfo(node, pg_db, password="wrong"))
+    assert "password authentication failed" in str(refused.value)
+
+
+def test_psycopg_cancel_stops_a_query_while_it_runs(node, pg_db):
+    slow = "SELECT count(*) FROM generate_series(1, 30000000000) a WHERE a.value % 7 = 3"
+    with psycopg.connect(conninfo(node, pg_db), autocommit=True) as conn:
+        done = threading.Event()
+
+        def cancel_until_done():
+            # Again every half second: a cancel that arrives before the query started
+            # cancels nothing, as in Postgres.
+            while not done.wait(0.5):
+                conn.cancel_safe()
+
+        canceller = threading.Thread(target=cancel_until_done)
+        started = time.monotonic()
+        canceller.start()
+        try:
+            with pytest.raises(psycopg.errors.QueryCanceled):
+                conn.execute(slow)
+        finally:
+            done.set()
+            canceller.join()
+        # Well before query.timeout_ms (30 s), and the connection goes on.
+        assert time.monotonic() - started < 15
+        assert conn.execute("SELECT 1").fetchone()[0] == 1
+
+
+def test_asyncpg_binary_protocol_with_described_parameters(node, pg_db):
+    async def run():
+        conn = await asyncpg.connect(
+            host=node.host, port=node.pg_port, user="quiver", password=TOKEN, database=pg_db, ssl=False
+        )
+        try:
+            rows = await conn.fetch(
+                "SELECT time, host, usage, count, ok, note FROM cpu WHERE time >= $1 AND usage < $2 ORDER BY time",
+                T0,
+                1.0,
+            )
+            assert [tuple(r) for r in rows] == [
+                (T0, "a", 0.25, 1, True, "first"),
+                (T0 + dt.timedelta(seconds=1), "a", 0.75, 2, False, "second"),
+            ]
+            stmt = await conn.prepare("SELECT count(*) AS n, avg(usage) AS mean FROM cpu WHERE host = $1")
+            assert [p.name for p in stmt.get_parameters()] == ["text"]
+            a = await stmt.fetchrow("a")
+            b = await stmt.fetchrow("b")
+            assert (a["n"], a["mean"]) == (2, 0.5)
+            assert (b["n"], b["mean"]) == (1, 1.5)
+            big = await conn.fetchval("SELECT big FROM cpu WHERE host = $1", "b")
+            assert int(big) == 20000
+            with pytest.raises(asyncpg.PostgresError):
+                await conn.fetch("SELECT * FROM nosuch")
+            assert await conn.fetchval("SELECT 1 + 1") == 2
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
