@@ -29,6 +29,9 @@ fn main() {
         Command::Sizing {
             command: SizingCommand::Drill(args),
         } => run_async(quiver_sizing::run_drill(args)),
+        Command::Sizing {
+            command: SizingCommand::Plan(args),
+        } => quiver_sizing::run_plan(&args).map_err(anyhow::Error::from),
     };
     if let Err(e) = result {
         eprintln!("quiver: {e:#}");
