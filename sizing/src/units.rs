@@ -31,6 +31,30 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(seconds))
 }
 
+/// Writes a duration the way it was most likely typed: `45s`, `10m`, `1h 30m`, `30d`.
+pub fn format_duration(duration: Duration) -> String {
+    let s = duration.as_secs();
+    if s >= 86_400 && s % 86_400 == 0 {
+        format!("{}d", s / 86_400)
+    } else if s >= 3_600 {
+        let (h, m) = (s / 3_600, (s % 3_600) / 60);
+        if m == 0 {
+            format!("{h}h")
+        } else {
+            format!("{h}h {m}m")
+        }
+    } else if s >= 60 {
+        let (m, rest) = (s / 60, s % 60);
+        if rest == 0 {
+            format!("{m}m")
+        } else {
+            format!("{m}m {rest}s")
+        }
+    } else {
+        format!("{:.0}s", duration.as_secs_f64())
+    }
+}
+
 /// An integer with thousands separators: `1,250,000`.
 pub fn thousands(value: f64) -> String {
     if !value.is_finite() {
@@ -94,6 +118,15 @@ mod tests {
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("10x").is_err());
         assert!(parse_duration("m").is_err());
+    }
+
+    #[test]
+    fn durations_format_as_typed() {
+        assert_eq!(format_duration(Duration::from_secs(600)), "10m");
+        assert_eq!(format_duration(Duration::from_secs(30 * 86_400)), "30d");
+        assert_eq!(format_duration(Duration::from_secs(5_400)), "1h 30m");
+        assert_eq!(format_duration(Duration::from_secs(45)), "45s");
+        assert_eq!(format_duration(Duration::from_secs(75)), "1m 15s");
     }
 
     #[test]

@@ -22,6 +22,7 @@ mod query_safety;
 mod query_values;
 mod restart;
 mod sizing;
+mod sizing_run;
 mod tls;
 mod tokens;
 mod writers;

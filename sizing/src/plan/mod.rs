@@ -122,13 +122,17 @@ pub fn plan_output(args: &PlanArgs) -> Result<PlanOutput> {
 
 /// Runs `quiver sizing plan`: prints the table or the JSON.
 pub fn run_plan(args: &PlanArgs) -> Result<()> {
+    use std::io::Write;
     let output = plan_output(args)?;
-    if args.json {
-        let text = serde_json::to_string_pretty(&output)
+    let text = if args.json {
+        let mut text = serde_json::to_string_pretty(&output)
             .map_err(|e| Error::malformed("plan as JSON", e))?;
-        println!("{text}");
+        text.push('\n');
+        text
     } else {
-        print!("{}", table(&output));
-    }
+        table(&output)
+    };
+    // A reader that stopped early (`| head`) is not an error of the planner.
+    let _ = std::io::stdout().write_all(text.as_bytes());
     Ok(())
 }
