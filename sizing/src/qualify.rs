@@ -148,7 +148,9 @@ impl std::fmt::Display for Gate {
         match self {
             Gate::AckedBelowOffered { acked_rows, offered_rows, fraction_min } => write!(
                 f,
-                "acknowledged {acked_rows} of {offered_rows} offered rows, below {:.1} %",
+                "acknowledged {} of {} offered rows, below {:.1} %",
+                crate::units::thousands(*acked_rows as f64),
+                crate::units::thousands(*offered_rows as f64),
                 fraction_min * 100.0
             ),
             Gate::ServerErrors { count } => write!(f, "{count} 5xx answers other than refusals"),

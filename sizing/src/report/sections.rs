@@ -232,7 +232,7 @@ fn method(r: &Report, b: &mut Vec<Block>) {
     b.push(Block::List(vec![
         format!("Batches of {} rows (MessagePack columnar or line protocol: `time`, a `host` tag from {} hosts, three f64 fields), encoded before the clock starts; at most {} requests in flight.", n(s.batch_rows as f64), n(s.hosts as f64), s.in_flight_max),
         format!("Sweeps start at {} rows/s and multiply by {} per step of {} s (stepping down instead when the first fails); the best qualifying rate is confirmed for {} s (up to {} tries: 20 % lower each, then the sweep's next lower qualifying rate).", n(s.start_rate_rows_per_s), s.rate_factor, s.step_s, s.confirm_s, s.confirm_attempts_max),
-        format!("Limits: p99 ≤ {} ms, acknowledged ≥ {} of offered, resident memory ≤ {} MB per node.", n(s.limits.latency_p99_ms_max), percent(s.limits.acked_fraction_min), n(s.limits.memory_budget_mb)),
+        format!("Limits: p99 ≤ {} ms, acknowledged ≥ {} of offered, resident memory ≤ {} MB per node.", n(s.limits.latency_p99_ms_max), format!("{:.1} %", s.limits.acked_fraction_min * 100.0), n(s.limits.memory_budget_mb)),
         "Resources sampled every second from /proc (CPU and RSS per process, device write MB/s and flushes/s from /proc/diskstats) and each node's /metrics.".into(),
         format!("Node settings beyond the defaults: {}.", r.node_config.iter().map(|(k, v)| format!("`{k}={v}`")).collect::<Vec<_>>().join(", ")),
         "Every number is in report.json, with every per-second sample.".into(),
