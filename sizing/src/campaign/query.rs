@@ -14,6 +14,12 @@ use crate::target::Target;
 
 /// Longest one query may take before the tool counts it as failed.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(120);
+/// Shortest run of the one-client level. Its node CPU per query and resident memory
+/// are the planner's query cost and memory per series, and they come from the
+/// once-a-second samples: a level over sooner than two sample intervals (a `--quick`
+/// mix over 1 M rows takes a fraction of a second) would leave them unmeasured and
+/// the calibration on reference values.
+const ONE_CLIENT_LEVEL_MIN: Duration = Duration::from_secs(2);
 
 /// The mix: (name, SQL with `{table}`, `{last_hour}` and `{last_6h}` for the dataset's
 /// end minus one and six hours, as RFC 3339 literals).
@@ -201,7 +207,15 @@ pub async fn profile_levels(
         };
         let mut answered = 0usize;
         for _ in 0..repeats.max(1) {
-            let (answers, wall_s) = run_clients(target, queries, clients, rounds, None).await;
+            let (mut answers, mut wall_s) =
+                run_clients(target, queries, clients, rounds, None).await;
+            if clients == 1 && wall_s < ONE_CLIENT_LEVEL_MIN.as_secs_f64() {
+                let left = ONE_CLIENT_LEVEL_MIN.as_secs_f64() - wall_s;
+                let until = Instant::now() + Duration::from_secs_f64(left);
+                let (more, more_s) = run_clients(target, queries, clients, 1, Some(until)).await;
+                answers.extend(more);
+                wall_s += more_s;
+            }
             answered += answers.len();
             let stats = type_stats(queries, &answers);
             let slowest = slowest_p95(&stats);
