@@ -29,8 +29,20 @@ pub fn recommend(
             .confirmed_run
             .as_deref()
             .and_then(|id| findings.run(id));
+        // A sweep whose every step qualified can still have found its limit: when the
+        // longer confirmation did not hold at the best step and stepped down, saying
+        // "the limit is higher" would contradict the runs above it.
+        let confirm_stepped_down = match (confirmed, sweep.best_qualified_rows_per_s) {
+            (Some(c), Some(best)) => c < best * 0.999,
+            _ => false,
+        };
         let limit = match &sweep.stopped_because {
             Some(why) => format!("stopped {why}"),
+            None if confirm_stepped_down => format!(
+                "every step qualified, but {} rows/s did not hold for the {} confirmation",
+                thousands(sweep.best_qualified_rows_per_s.unwrap_or(0.0)),
+                format_duration(std::time::Duration::from_secs_f64(settings.confirm_s))
+            ),
             None => format!(
                 "no step failed within {} steps: the machine's limit is higher",
                 sweep.steps.len()
@@ -60,6 +72,12 @@ pub fn recommend(
                 "{}: confirmed {} rows/s; ingest stopped scaling {why}.{at}",
                 sweep.label,
                 thousands(rate)
+            ),
+            (Some(rate), None) if confirm_stepped_down => format!(
+                "{}: confirmed {} rows/s; {}.{at}",
+                sweep.label,
+                thousands(rate),
+                limit
             ),
             (Some(rate), None) => format!(
                 "{}: confirmed {} rows/s and no step failed: offer more (--start-rate) to find the limit.{at}",
