@@ -51,12 +51,15 @@ pub struct Calibration {
 }
 
 impl Calibration {
-    /// The documented defaults, measured on the reference machine (the shared 2-core
-    /// sandbox this repository is developed on) by the campaign committed under
-    /// `docs/sizing/` (release build, MessagePack, `wal.sync = fsync`).
+    /// The documented defaults: `--quick` campaigns on the reference machine (the
+    /// shared 2-core sandbox this repository is developed on, MessagePack,
+    /// `wal.sync = fsync`; one is committed under `docs/sizing/`), rounded, and
+    /// conservative where 4 s runs on a shared machine cannot measure a coefficient
+    /// (WAL held seconds, memory per query client): `docs/sizing.md` lists each value
+    /// next to what was measured and why it was chosen.
     pub fn reference() -> Calibration {
         Calibration {
-            source: "reference machine (docs/sizing.md): 2 cores, quiver sizing run, release build"
+            source: "reference machine (docs/sizing.md): 2 cores, quiver sizing run --quick, rounded, conservative where unmeasured"
                 .to_string(),
             cores: 2,
             fields: 3,

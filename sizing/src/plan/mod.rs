@@ -109,7 +109,7 @@ pub fn plan_output(args: &PlanArgs) -> Result<PlanOutput> {
         }
         None => (
             Calibration::reference(),
-            "default measured on the reference machine (docs/sizing.md)".to_string(),
+            "reference machine default (docs/sizing.md lists how each was chosen)".to_string(),
         ),
     };
     let plan = plan(&workload, &calibration, &model_assumptions);
