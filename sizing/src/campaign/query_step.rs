@@ -31,7 +31,11 @@ impl Campaign<'_> {
         } else {
             Placement::External
         };
-        progress.step("starting a node for the query profile");
+        progress.step(if self.settings.own_nodes() {
+            "starting a node for the query profile"
+        } else {
+            "query profile on the --url nodes"
+        });
         let volumes = findings.machine.volumes.clone();
         let (nodes, ctx) = match self
             .nodes("query", 1, &default_sync, placement, &volumes)
