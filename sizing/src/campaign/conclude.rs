@@ -295,3 +295,124 @@ pub fn gates(findings: &Findings, settings: &Settings) -> Vec<GateOutcome> {
     }
     gates
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::campaign::settings::{Configuration, Placement, RunArgs};
+    use crate::load::WireFormat;
+    use crate::report::model::Sweep;
+    use crate::resources::probe::Machine;
+
+    fn settings() -> Settings {
+        let args = RunArgs {
+            out: std::env::temp_dir().join("quiver-conclude-test"),
+            quick: true,
+            duration: None,
+            data_dir: None,
+            wal_dir: None,
+            nodes: 1,
+            urls: Vec::new(),
+            token: None,
+            p99_ms_max: 1000.0,
+            query_p95_target_s: 2.0,
+            query_rows: None,
+            memory_budget_mb: Some(4_000.0),
+            start_rate: None,
+            keep_data: false,
+        };
+        match Settings::from_args(&args, 8_000.0) {
+            Ok(s) => s,
+            Err(e) => panic!("settings: {e}"),
+        }
+    }
+
+    fn findings(sweep: Sweep) -> Findings {
+        Findings {
+            machine: Machine {
+                hostname: "test".into(),
+                cores: 2,
+                memory_total_mb: 8_000.0,
+                cpu_model: None,
+                kernel: None,
+                volumes: Vec::new(),
+            },
+            runs: Vec::new(),
+            sweeps: vec![sweep],
+            bytes_per_row: Vec::new(),
+            query_profile: None,
+            mixed: None,
+            cluster: None,
+            budget: None,
+            memory_base_mb: None,
+            step_errors: Vec::new(),
+        }
+    }
+
+    fn sweep(best: Option<f64>, confirmed: Option<f64>, stopped: Option<&str>) -> Sweep {
+        let configuration = Configuration {
+            format: WireFormat::Msgpack,
+            wal_sync: "fsync".into(),
+            placement: Placement::DataVolume,
+            nodes: 1,
+        };
+        Sweep {
+            label: configuration.label(),
+            configuration,
+            steps: vec!["s0".into(), "s1".into(), "s2".into(), "s3".into()],
+            best_qualified_rows_per_s: best,
+            confirms: Vec::new(),
+            confirmed_rows_per_s: confirmed,
+            confirmed_run: None,
+            stopped_because: stopped.map(String::from),
+        }
+    }
+
+    #[test]
+    fn a_confirmation_that_stepped_down_is_not_reported_as_an_unfound_limit() {
+        // Seen in a --quick campaign: every step qualified up to 1,080,000 rows/s, the
+        // confirmation held only 691,200, and the report said "the machine's limit is
+        // higher" next to it.
+        let s = settings();
+        let f = findings(sweep(Some(1_080_000.0), Some(691_200.0), None));
+        let r = recommend(&f, &s, &Calibration::reference());
+        let limit = &r.sizes[0].limit;
+        assert!(
+            limit.contains("1,080,000 rows/s did not hold") && !limit.contains("higher"),
+            "{limit}"
+        );
+        assert_eq!(r.sizes[0].recommended, "345,600 rows/s");
+        assert!(!r.sentences[0].contains("offer more"), "{}", r.sentences[0]);
+    }
+
+    #[test]
+    fn a_sweep_whose_every_step_and_confirmation_held_says_the_limit_is_higher() {
+        let s = settings();
+        let f = findings(sweep(Some(1_080_000.0), Some(1_080_000.0), None));
+        let r = recommend(&f, &s, &Calibration::reference());
+        assert!(
+            r.sizes[0].limit.contains("limit is higher"),
+            "{:?}",
+            r.sizes[0]
+        );
+        assert!(r.sentences[0].contains("offer more (--start-rate)"));
+    }
+
+    #[test]
+    fn a_sweep_without_a_confirmed_rate_fails_its_gate_naming_why() {
+        let s = settings();
+        let f = findings(sweep(None, None, Some("at 40,000 rows/s: p99 2138 ms")));
+        let g = gates(&f, &s);
+        let ingest = g
+            .iter()
+            .find(|g| g.name.starts_with("ingest "))
+            .map(|g| (g.passed, g.detail.clone()));
+        assert_eq!(
+            ingest,
+            Some((
+                false,
+                "no rate qualified: at 40,000 rows/s: p99 2138 ms".to_string()
+            ))
+        );
+    }
+}
