@@ -81,6 +81,12 @@ pub enum SizingCommand {
     Load(quiver_sizing::LoadArgs),
     /// Failover drill: a 3-node cluster of this binary under load, its leader killed.
     Drill(quiver_sizing::DrillArgs),
+    /// The sizing campaign on this machine: probe, ingest sweeps, query profile, mixed
+    /// run (and a 3-node cluster), with a report and charts in --out.
+    Run(quiver_sizing::RunArgs),
+    /// A machine size for a workload: cores, memory, disk, fsync rate and network per
+    /// node, with every assumption and where its number came from.
+    Plan(quiver_sizing::PlanArgs),
 }
 
 /// Where a cluster command connects.

@@ -26,10 +26,16 @@ fn main() {
         Command::Verify(args) => run_async(verify::run(args)),
         Command::Sizing {
             command: SizingCommand::Load(args),
-        } => run_async(quiver_sizing::run_load(args)),
+        } => run_async(async { Ok(quiver_sizing::run_load(args).await?) }),
         Command::Sizing {
             command: SizingCommand::Drill(args),
         } => run_async(quiver_sizing::run_drill(args)),
+        Command::Sizing {
+            command: SizingCommand::Run(args),
+        } => run_async(async { Ok(quiver_sizing::run_campaign(args).await?) }),
+        Command::Sizing {
+            command: SizingCommand::Plan(args),
+        } => quiver_sizing::run_plan(&args).map_err(anyhow::Error::from),
     };
     if let Err(e) = result {
         eprintln!("quiver: {e:#}");

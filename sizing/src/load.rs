@@ -1,21 +1,25 @@
-//! `quiver sizing load`: the load generator.
+//! `quiver sizing load`: the load generator. Closed loop by default (`--workers`
+//! requests in flight, each sent when the last one answered: how fast can it go?);
+//! open loop with `--rate` (a fixed schedule: what happens at this rate?, see
+//! [`crate::open_loop`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::sync::Mutex as StdMutex;
 
 use crate::batch::{encode_columnar_batch, encode_lp_batch, host_names, BatchShape};
-use crate::report::{Latency, LoadReport};
+use crate::error::{Error, Result};
+use crate::load_report::{Latency, LoadReport};
 
 /// Most error messages kept for the report.
 const ERRORS_KEPT_MAX: usize = 10;
 
 /// How batches are encoded and where they are posted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum WireFormat {
     /// Arc's columnar MessagePack.
     Msgpack,
@@ -24,7 +28,8 @@ pub enum WireFormat {
 }
 
 impl WireFormat {
-    fn name(self) -> &'static str {
+    /// The name used in flags and reports.
+    pub fn name(self) -> &'static str {
         match self {
             WireFormat::Msgpack => "msgpack",
             WireFormat::Lp => "lp",
@@ -70,6 +75,14 @@ pub struct LoadArgs {
     /// ... or after this many rows (default: 1,000,000 if neither is given).
     #[arg(long)]
     pub rows: Option<u64>,
+    /// Open loop: offer this many rows per second on a fixed schedule (latency counts
+    /// from each batch's scheduled send time; refusals are not retried). Runs for
+    /// `--duration-s` (default 10).
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Open loop: requests in flight at most.
+    #[arg(long, default_value_t = 256)]
+    pub in_flight_max: usize,
     /// Time step between a host's rows, in milliseconds.
     #[arg(long, default_value_t = 10)]
     pub interval_ms: u64,
@@ -132,26 +145,62 @@ impl Shared {
 
 /// Runs a load and prints the JSON report on stdout.
 pub async fn run_load(args: LoadArgs) -> Result<()> {
+    if args.rate.is_some() {
+        return crate::rate_load::run_rate_load(args).await;
+    }
     let report = load(args).await?;
-    println!("{}", serde_json::to_string_pretty(&report)?);
+    let text =
+        serde_json::to_string_pretty(&report).map_err(|e| Error::malformed("load report", e))?;
+    println!("{text}");
     if report.persisted_equals_acked == Some(false) {
-        bail!("persisted rows differ from acknowledged rows");
+        return Err(Error::GateFailed(
+            "persisted rows differ from acknowledged rows".into(),
+        ));
     }
     Ok(())
+}
+
+/// An HTTP client for `args` (trusting only `--ca` when given).
+pub(crate) fn client_for(args: &LoadArgs, idle_per_host: usize) -> Result<reqwest::Client> {
+    let mut builder = reqwest::Client::builder()
+        .timeout(Duration::from_secs(args.timeout_s))
+        .pool_max_idle_per_host(idle_per_host);
+    if let Some(ca) = &args.ca {
+        let pem = std::fs::read(ca).map_err(|e| Error::io(ca, e))?;
+        let roots = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
+            Error::InvalidArgs(format!(
+                "--ca {}: not a PEM certificate file: {e}",
+                ca.display()
+            ))
+        })?;
+        if roots.is_empty() {
+            return Err(Error::InvalidArgs(format!(
+                "--ca {}: no CERTIFICATE block in the file",
+                ca.display()
+            )));
+        }
+        builder = roots.into_iter().fold(
+            builder.use_rustls_tls().tls_built_in_root_certs(false),
+            reqwest::ClientBuilder::add_root_certificate,
+        );
+    }
+    builder
+        .build()
+        .map_err(|e| Error::http("building the HTTP client", e))
 }
 
 /// Runs a load and returns its report.
 pub async fn load(args: LoadArgs) -> Result<LoadReport> {
     if args.batch_size == 0 || args.workers == 0 || args.hosts == 0 {
-        bail!("--batch-size, --workers and --hosts must be at least 1");
+        return Err(Error::InvalidArgs(
+            "--batch-size, --workers and --hosts must be at least 1".into(),
+        ));
     }
     let rows_limit = match (args.rows, args.duration_s) {
         (None, None) => Some(1_000_000),
         (rows, _) => rows,
     };
-    let start_ns = chrono::Utc::now()
-        .timestamp_nanos_opt()
-        .ok_or_else(|| anyhow!("clock out of range"))?;
+    let start_ns = now_ns()?;
     let shape = Arc::new(BatchShape {
         measurement: args.measurement.clone(),
         hosts: args.hosts,
@@ -159,22 +208,7 @@ pub async fn load(args: LoadArgs) -> Result<LoadReport> {
         interval_ns: (args.interval_ms as i64) * 1_000_000,
     });
     let names = Arc::new(host_names(args.hosts));
-    let mut builder = reqwest::Client::builder()
-        .timeout(Duration::from_secs(args.timeout_s))
-        .pool_max_idle_per_host(args.workers);
-    if let Some(ca) = &args.ca {
-        let pem = std::fs::read(ca).with_context(|| format!("--ca {}", ca.display()))?;
-        let roots = reqwest::Certificate::from_pem_bundle(&pem)
-            .with_context(|| format!("--ca {}: not a PEM certificate file", ca.display()))?;
-        if roots.is_empty() {
-            bail!("--ca {}: no CERTIFICATE block in the file", ca.display());
-        }
-        builder = roots.into_iter().fold(
-            builder.use_rustls_tls().tls_built_in_root_certs(false),
-            reqwest::ClientBuilder::add_root_certificate,
-        );
-    }
-    let client = builder.build()?;
+    let client = client_for(&args, args.workers)?;
     let started = Instant::now();
     let shared = Arc::new(Shared {
         next_seq: AtomicU64::new(0),
@@ -194,7 +228,7 @@ pub async fn load(args: LoadArgs) -> Result<LoadReport> {
     };
     progress.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {msg}")
-            .map_err(|e| anyhow!("progress style: {e}"))?,
+            .map_err(|e| Error::malformed("progress style", e))?,
     );
     let base = args.url.trim_end_matches('/');
     let (url, content_type) = match args.format {
@@ -311,7 +345,7 @@ pub async fn load(args: LoadArgs) -> Result<LoadReport> {
     };
     let mut latencies = Vec::new();
     for task in tasks {
-        latencies.extend(task.await.context("worker panicked")?);
+        latencies.extend(task.await.map_err(|e| Error::malformed("load worker", e))?);
     }
     ticker.abort();
     progress.finish_and_clear();
@@ -380,13 +414,30 @@ async fn count_rows(
     if let Some(t) = &args.token {
         request = request.bearer_auth(t);
     }
-    let response = request.send().await.context("count query")?;
+    let response = request
+        .send()
+        .await
+        .map_err(|e| Error::http("count query", e))?;
     let status = response.status();
-    let body: serde_json::Value = response.json().await.context("count query answer")?;
+    let body: serde_json::Value = response
+        .json()
+        .await
+        .map_err(|e| Error::http("count query answer", e))?;
     if !status.is_success() {
-        bail!("count query failed: HTTP {status}: {body}");
+        return Err(Error::Server {
+            what: "count query".into(),
+            status: status.as_u16(),
+            body: body.to_string(),
+        });
     }
     body["data"][0][0]
         .as_u64()
-        .ok_or_else(|| anyhow!("count query answered {body}"))
+        .ok_or_else(|| Error::malformed("count query", body))
+}
+
+/// The wall clock in nanoseconds since the epoch.
+pub(crate) fn now_ns() -> Result<i64> {
+    chrono::Utc::now()
+        .timestamp_nanos_opt()
+        .ok_or_else(|| Error::InvalidArgs("the clock is out of the nanosecond range".into()))
 }

@@ -24,6 +24,7 @@ mod query_safety;
 mod query_values;
 mod restart;
 mod sizing;
+mod sizing_run;
 mod telegraf;
 mod telegraf_wire;
 mod tls;

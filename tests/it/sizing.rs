@@ -90,3 +90,94 @@ async fn line_protocol_load_is_persisted_too() {
     assert_eq!(report["acked_rows"], 10000, "{report}");
     assert_eq!(report["persisted_equals_acked"], true, "{report}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_loop_load_is_counted_per_batch_by_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(NodeSpec::new(dir.path())).await;
+    let (ok, report) = run_load(
+        &node,
+        &[
+            "--rate",
+            "50000",
+            "--duration-s",
+            "2",
+            "--measurement",
+            "open",
+        ],
+    )
+    .await;
+    assert!(ok, "{report}");
+    assert_eq!(report["spec"]["rate_rows_per_s"], 50000.0, "{report}");
+    assert_eq!(report["offered_rows"], 100000, "{report}");
+    assert_eq!(report["acked_rows"], 100000, "{report}");
+    // 20 batches of 5,000, every one answered and timed from its scheduled send.
+    assert_eq!(report["statuses"]["204"], 20, "{report}");
+    assert_eq!(report["latency_ms"]["count"], 20, "{report}");
+    assert!(
+        report["latency_ms"]["p50"].as_f64().unwrap()
+            >= report["service_latency_ms"]["p50"].as_f64().unwrap(),
+        "latency from the schedule can't be shorter than from the send: {report}"
+    );
+    // Encoded before the clock started, and its cost reported.
+    assert_eq!(report["generator"]["encoded_ahead_batches"], 20, "{report}");
+    assert!(
+        report["generator"]["encode_cpu_s"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+    let audit = &report["audit"];
+    assert_eq!(audit["batches_acked"], 20, "{report}");
+    assert_eq!(audit["batches_whole"], 20, "{report}");
+    assert_eq!(audit["persisted_rows"], 100000, "{report}");
+    assert_eq!(report["persisted_equals_acked"], true, "{report}");
+    let rows = node.rows(DB, "SELECT count(*) FROM open").await;
+    assert_eq!(rows[0][0].as_u64(), Some(100000));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_loop_refusals_are_not_retried_and_no_refused_batch_is_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    // One write at a time against 16 requests in flight: most of them meet 429.
+    let node =
+        Node::start(NodeSpec::new(dir.path()).with("QUIVER_HTTP_WRITES_IN_FLIGHT_MAX", 1)).await;
+    let (ok, report) = run_load(
+        &node,
+        &[
+            "--rate",
+            "400000",
+            "--duration-s",
+            "1",
+            "--batch-size",
+            "500",
+            "--in-flight-max",
+            "16",
+            "--measurement",
+            "refused",
+        ],
+    )
+    .await;
+    assert!(ok, "{report}");
+    let (acked, refused) = (
+        report["acked_rows"].as_u64().unwrap(),
+        report["refused_rows"].as_u64().unwrap(),
+    );
+    assert!(
+        refused > 0,
+        "one write slot must refuse some of 16 in flight: {report}"
+    );
+    assert!(acked > 0, "{report}");
+    assert_eq!(
+        acked
+            + refused
+            + report["rejected_rows"].as_u64().unwrap()
+            + report["unanswered_rows"].as_u64().unwrap()
+            + report["not_sent_rows"].as_u64().unwrap(),
+        400000,
+        "{report}"
+    );
+    let audit = &report["audit"];
+    assert_eq!(audit["refused_batches_stored"], 0, "{report}");
+    assert_eq!(audit["persisted_rows"].as_u64(), Some(acked), "{report}");
+    let rows = node.rows(DB, "SELECT count(*) FROM refused").await;
+    assert_eq!(rows[0][0].as_u64(), Some(acked));
+}
