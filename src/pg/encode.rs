@@ -21,11 +21,11 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, AsArray, BinaryArray, BooleanArray, Date32Array, Float32Array, Float64Array,
-    Int16Array, Int32Array, Int64Array, StringArray, UInt64Array,
+    Array, ArrayRef, BinaryArray, BooleanArray, Date32Array, Float32Array, Float64Array,
+    Int16Array, Int32Array, Int64Array, StringArray, TimestampMicrosecondArray, UInt64Array,
 };
 use arrow::compute::cast;
-use arrow::datatypes::{DataType, Schema, TimeUnit, TimestampMicrosecondType};
+use arrow::datatypes::{DataType, Schema, TimeUnit};
 use arrow::record_batch::RecordBatch;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use bytes::{BufMut, BytesMut};
@@ -161,7 +161,7 @@ pub fn rows(batch: &RecordBatch, fields: &[FieldInfo]) -> Result<Vec<DataRow>, S
                     let _ = write!(text, "{}", formatter.value(row));
                     buf.put_slice(text.as_bytes());
                 }
-                None => value(column, row, &mut buf),
+                None => value(column, row, &mut buf)?,
             }
             let len = (buf.len() - start - 4) as i32;
             buf[start..start + 4].copy_from_slice(&len.to_be_bytes());
@@ -172,24 +172,24 @@ pub fn rows(batch: &RecordBatch, fields: &[FieldInfo]) -> Result<Vec<DataRow>, S
 }
 
 /// Writes the non-null value at `row` of `column`.
-fn value(column: &Column, row: usize, buf: &mut BytesMut) {
+fn value(column: &Column, row: usize, buf: &mut BytesMut) -> Result<(), String> {
     let values = column.values.as_ref();
     let binary = column.binary;
     match column.pg {
         Type::BOOL => {
-            let v = as_type::<BooleanArray>(values).value(row);
+            let v = as_type::<BooleanArray>(values)?.value(row);
             if binary {
                 buf.put_u8(v as u8);
             } else {
                 buf.put_slice(if v { b"t" } else { b"f" });
             }
         }
-        Type::INT2 => int(as_type::<Int16Array>(values).value(row), binary, buf),
-        Type::INT4 => int(as_type::<Int32Array>(values).value(row), binary, buf),
-        Type::INT8 => int(as_type::<Int64Array>(values).value(row), binary, buf),
-        Type::NUMERIC => numeric_u64(as_type::<UInt64Array>(values).value(row), binary, buf),
+        Type::INT2 => int(as_type::<Int16Array>(values)?.value(row), binary, buf),
+        Type::INT4 => int(as_type::<Int32Array>(values)?.value(row), binary, buf),
+        Type::INT8 => int(as_type::<Int64Array>(values)?.value(row), binary, buf),
+        Type::NUMERIC => numeric_u64(as_type::<UInt64Array>(values)?.value(row), binary, buf),
         Type::FLOAT4 => {
-            let v = as_type::<Float32Array>(values).value(row);
+            let v = as_type::<Float32Array>(values)?.value(row);
             if binary {
                 buf.put_f32(v);
             } else {
@@ -197,7 +197,7 @@ fn value(column: &Column, row: usize, buf: &mut BytesMut) {
             }
         }
         Type::FLOAT8 => {
-            let v = as_type::<Float64Array>(values).value(row);
+            let v = as_type::<Float64Array>(values)?.value(row);
             if binary {
                 buf.put_f64(v);
             } else {
@@ -205,7 +205,7 @@ fn value(column: &Column, row: usize, buf: &mut BytesMut) {
             }
         }
         Type::BYTEA => {
-            let v = as_type::<BinaryArray>(values).value(row);
+            let v = as_type::<BinaryArray>(values)?.value(row);
             if binary {
                 buf.put_slice(v);
             } else {
@@ -216,7 +216,7 @@ fn value(column: &Column, row: usize, buf: &mut BytesMut) {
             }
         }
         Type::TIMESTAMP | Type::TIMESTAMPTZ => {
-            let us = values.as_primitive::<TimestampMicrosecondType>().value(row);
+            let us = as_type::<TimestampMicrosecondArray>(values)?.value(row);
             if binary {
                 buf.put_i64(us - PG_EPOCH_US);
             } else {
@@ -224,22 +224,27 @@ fn value(column: &Column, row: usize, buf: &mut BytesMut) {
             }
         }
         Type::DATE => {
-            let days = as_type::<Date32Array>(values).value(row);
+            let days = as_type::<Date32Array>(values)?.value(row);
             if binary {
                 buf.put_i32(days - PG_EPOCH_DAYS);
             } else if let Some(date) = chrono::DateTime::from_timestamp(days as i64 * 86_400, 0) {
                 buf.put_slice(date.format("%Y-%m-%d").to_string().as_bytes());
             }
         }
-        _ => buf.put_slice(as_type::<StringArray>(values).value(row).as_bytes()),
+        _ => buf.put_slice(as_type::<StringArray>(values)?.value(row).as_bytes()),
     }
+    Ok(())
 }
 
-fn as_type<T: 'static>(array: &dyn Array) -> &T {
-    array
-        .as_any()
-        .downcast_ref::<T>()
-        .expect("column was cast to its wire type")
+/// The column as the array type its wire type was cast to; a mismatch is a bug in
+/// [`wire_type`], answered as an error rather than a panic.
+fn as_type<T: 'static>(array: &dyn Array) -> Result<&T, String> {
+    array.as_any().downcast_ref::<T>().ok_or_else(|| {
+        format!(
+            "internal: a {} column was not cast to its wire type",
+            array.data_type()
+        )
+    })
 }
 
 fn int<T: Into<i64> + Copy>(v: T, binary: bool, buf: &mut BytesMut) {
