@@ -25,11 +25,7 @@ pub async fn fetch_file(
     meta: &FileMeta,
     dest: &Path,
 ) -> Result<(), PeerError> {
-    let protocol = |message: String| PeerError::Protocol {
-        addr: addr.to_string(),
-        status: None,
-        message,
-    };
+    let protocol = protocol_error(addr);
     let path = format!("{FILES_PATH}{}", meta.path);
     let Some(http) = client.http() else {
         return fetch_over_transport(client, addr, &path, meta, dest).await;
@@ -51,11 +47,7 @@ pub async fn fetch_file(
             response.status()
         )));
     }
-    if let Some(parent) = dest.parent() {
-        tokio::fs::create_dir_all(parent)
-            .await
-            .map_err(|e| protocol(format!("{}: {e}", parent.display())))?;
-    }
+    create_parent(dest, &protocol).await?;
     let mut file = tokio::fs::File::create(dest)
         .await
         .map_err(|e| protocol(format!("{}: {e}", dest.display())))?;
@@ -92,11 +84,7 @@ async fn fetch_over_transport(
     meta: &FileMeta,
     dest: &Path,
 ) -> Result<(), PeerError> {
-    let protocol = |message: String| PeerError::Protocol {
-        addr: addr.to_string(),
-        status: None,
-        message,
-    };
+    let protocol = protocol_error(addr);
     let Some(transport) = client.transport() else {
         return Err(protocol("no transport".into()));
     };
@@ -107,14 +95,32 @@ async fn fetch_over_transport(
             meta.path, meta.size_bytes
         )));
     }
+    create_parent(dest, &protocol).await?;
+    tokio::fs::write(dest, &bytes)
+        .await
+        .map_err(|e| protocol(format!("{}: {e}", dest.display())))
+}
+
+/// A protocol error about the transfer from `addr`.
+fn protocol_error(addr: &str) -> impl Fn(String) -> PeerError + '_ {
+    move |message| PeerError::Protocol {
+        addr: addr.to_string(),
+        status: None,
+        message,
+    }
+}
+
+/// Creates the directory `dest` is staged in.
+async fn create_parent(
+    dest: &Path,
+    protocol: &impl Fn(String) -> PeerError,
+) -> Result<(), PeerError> {
     if let Some(parent) = dest.parent() {
         tokio::fs::create_dir_all(parent)
             .await
             .map_err(|e| protocol(format!("{}: {e}", parent.display())))?;
     }
-    tokio::fs::write(dest, &bytes)
-        .await
-        .map_err(|e| protocol(format!("{}: {e}", dest.display())))
+    Ok(())
 }
 
 /// Whether `path` is one Quiver serves: a relative path of plain components ending in
