@@ -295,6 +295,8 @@ pub struct RaftSection {
     /// Longest one AppendEntries with entries may take (transfer and the follower's
     /// fsync), independent of the heartbeat interval.
     pub replication_timeout_ms: u64,
+    /// How a write's rows are packed into its log entry: `zstd` (default) or `none`.
+    pub entry_compression: quiver_storage::EntryCompression,
 }
 
 impl Default for RaftSection {
@@ -310,6 +312,7 @@ impl Default for RaftSection {
             entry_bytes_max: 32 * 1024 * 1024,
             replication_bytes_max: d.replication.bytes_max,
             replication_timeout_ms: d.replication.timeout_ms,
+            entry_compression: quiver_storage::EntryCompression::default(),
         }
     }
 }

@@ -50,6 +50,8 @@ pub struct Runner {
     pub query: QueryEngine,
     /// `raft.entry_bytes_max`.
     pub entry_bytes_max: usize,
+    /// `raft.entry_compression`.
+    pub entry_compression: quiver_storage::EntryCompression,
 }
 
 impl Runner {
@@ -109,7 +111,7 @@ impl Runner {
         window: (TimestampNs, TimestampNs),
     ) -> Result<CqWindowOutcome, WindowError> {
         let rows = compute_window(&self.storage, &self.query, cq, window).await?;
-        let command = WriteCommand::encode(&cq.database, &rows)?;
+        let command = WriteCommand::encode(&cq.database, &rows, self.entry_compression)?;
         if command.bytes() > self.entry_bytes_max {
             return Err(WindowError::TooLarge {
                 bytes: command.bytes(),

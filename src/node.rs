@@ -157,6 +157,7 @@ pub async fn serve(config: Config) -> Result<()> {
             storage: storage.clone(),
             query: query.clone(),
             entry_bytes_max: config.raft.entry_bytes_max,
+            entry_compression: config.raft.entry_compression,
         }
         .run(),
     );

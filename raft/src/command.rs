@@ -8,7 +8,8 @@ use bytes::Bytes;
 use quiver_storage::compaction::{CompactionOutcome, CompactionRequest};
 use quiver_storage::lifecycle::{CqWindowOutcome, DeletePredicate};
 use quiver_storage::{
-    decode_batch, encode_batch, DeleteOutcome, PolicyChange, PolicyOutcome, TableKey, TimestampNs,
+    decode_batch, encode_batch_packed, DeleteOutcome, EntryCompression, PolicyChange,
+    PolicyOutcome, TableKey, TimestampNs,
 };
 use serde::{Deserialize, Serialize};
 
@@ -19,7 +20,7 @@ pub struct TablePayload {
     pub measurement: String,
     /// Rows in the batch (for accounting without decoding).
     pub rows: u64,
-    /// The batch as an Arrow IPC stream.
+    /// The batch as an Arrow IPC stream, possibly packed in a zstd frame.
     pub ipc: Bytes,
 }
 
@@ -37,10 +38,12 @@ pub struct WriteCommand {
 }
 
 impl WriteCommand {
-    /// Encodes decoded batches into a command.
+    /// Encodes decoded batches into a command, packed as `compression` says (readers
+    /// accept either form, so the setting may differ between nodes).
     pub fn encode(
         database: &str,
         tables: &[(String, RecordBatch)],
+        compression: EntryCompression,
     ) -> quiver_storage::Result<Self> {
         let tables = tables
             .iter()
@@ -48,7 +51,7 @@ impl WriteCommand {
                 Ok(TablePayload {
                     measurement: measurement.clone(),
                     rows: batch.num_rows() as u64,
-                    ipc: Bytes::from(encode_batch(batch)?),
+                    ipc: Bytes::from(encode_batch_packed(batch, compression)?),
                 })
             })
             .collect::<quiver_storage::Result<_>>()?;

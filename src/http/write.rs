@@ -116,6 +116,7 @@ pub async fn write(
     .await?;
     let decompressed_bytes_max = http.decompressed_bytes_max;
     let entry_bytes_max = app.config.raft.entry_bytes_max;
+    let entry_compression = app.config.raft.entry_compression;
     let retention_default_ns = app
         .config
         .retention_default_ns()
@@ -144,7 +145,7 @@ pub async fn write(
             let command = if decoded.tables.is_empty() || refuse_all {
                 None
             } else {
-                let mut command = WriteCommand::encode(&database, &decoded.tables)
+                let mut command = WriteCommand::encode(&database, &decoded.tables, entry_compression)
                     .map_err(|e| ApiError::internal(e.to_string()))?;
                 command.new_database_retention_ns = retention_default_ns;
                 if command.bytes() > entry_bytes_max {

@@ -50,6 +50,10 @@ pub enum Error {
     /// The object store refused a read or write.
     #[error("object store: {0}")]
     ObjectStore(#[from] object_store::Error),
+    /// zstd could not pack a log entry's batch (out of memory; never the client's
+    /// input).
+    #[error("packing a batch with zstd: {0}")]
+    Pack(std::io::Error),
     /// A local file operation failed.
     #[error("io error on {path}: {source}")]
     Io {

@@ -45,7 +45,7 @@ pub use ids::{
     DATABASE_NAME_CHARS_MAX, MEASUREMENT_NAME_BYTES_MAX,
 };
 pub use image::{read_image, write_image};
-pub use ipc::{decode_batch, encode_batch};
+pub use ipc::{decode_batch, encode_batch, encode_batch_packed, EntryCompression};
 pub use limits::WriteLimits;
 pub use line_protocol::{
     fill_excerpts, parse_line_protocol, parse_line_protocol_for, reject_conflicting_rows,

@@ -28,6 +28,7 @@ mod plan;
 use std::time::{Duration, Instant};
 
 use quiver_raft::{CommandResult, WriteCommand, WriteError};
+use quiver_storage::EntryCompression;
 
 use model::{Model, Outcome};
 use net::{LinkState, SimNet};
@@ -224,6 +225,12 @@ impl Sim {
         let command = WriteCommand::encode(
             model::DATABASE,
             &[(model::MEASUREMENT.to_string(), model::batch(id, rows))],
+            // Both forms, as a cluster mid-way through changing the setting holds them.
+            if id % 2 == 0 {
+                EntryCompression::Zstd
+            } else {
+                EntryCompression::None
+            },
         )
         .expect("encode a write");
         let Some(node) = self.node(target).node().cloned() else {
