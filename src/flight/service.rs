@@ -41,6 +41,9 @@ use super::status::{internal, query_status};
 use super::ticket::{self, Statement};
 use crate::http::AppState;
 
+/// Record batches one `DoPut` of parameters may send (one row, in any of them).
+const PARAM_BATCHES_MAX: usize = 16;
+
 /// The stream `DoGet` answers with.
 pub type DoGetStream = <Service as FlightService>::DoGetStream;
 
@@ -173,11 +176,10 @@ impl FlightSqlService for Service {
         &self,
         request: Request<Streaming<HandshakeRequest>>,
     ) -> Result<Response<HandshakeStream>, Status> {
-        let caller_check = self.caller(request.metadata());
-        let authorization = request.metadata().get("authorization").cloned();
-        caller_check?;
-        let token = authorization
-            .as_ref()
+        self.caller(request.metadata())?;
+        let token = request
+            .metadata()
+            .get("authorization")
             .and_then(|v| v.to_str().ok())
             .and_then(bearer_of)
             .unwrap_or_default();
@@ -274,12 +276,26 @@ impl FlightSqlService for Service {
         let handle = query.prepared_statement_handle;
         let database = self.prepared.get(&handle)?.database;
         caller.access(&database)?;
-        let batches: Vec<RecordBatch> = FlightRecordBatchStream::new_from_flight_data(
+        let mut stream = FlightRecordBatchStream::new_from_flight_data(
             request.into_inner().map_err(FlightError::from),
-        )
-        .try_collect()
-        .await
-        .map_err(|e| Status::invalid_argument(format!("reading the bound parameters: {e}")))?;
+        );
+        // One row is all a query binds; the count bounds what a client can make the
+        // door hold (empty batches included).
+        let mut batches: Vec<RecordBatch> = Vec::new();
+        while let Some(batch) = stream
+            .try_next()
+            .await
+            .map_err(|e| Status::invalid_argument(format!("reading the bound parameters: {e}")))?
+        {
+            batches.push(batch);
+            let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+            if rows > 1 || batches.len() > PARAM_BATCHES_MAX {
+                return Err(Status::invalid_argument(
+                    "bind one row of parameters: Quiver runs a prepared query with one \
+                     row of values at a time",
+                ));
+            }
+        }
         self.prepared
             .update(&handle, |prepared| prepared.bind(&batches))?;
         Ok(DoPutPreparedStatementResult {
