@@ -226,7 +226,7 @@ mod tests {
             ],
         )
         .unwrap();
-        p.bind(&[batch.clone()]).unwrap();
+        p.bind(std::slice::from_ref(&batch)).unwrap();
         assert_eq!(
             p.bound,
             Some(vec![

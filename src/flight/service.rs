@@ -345,7 +345,7 @@ impl FlightSqlService for Service {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         self.caller(request.metadata())?;
-        let schema = query.clone().into_builder().schema();
+        let schema = query.into_builder().schema();
         Self::flight_info(
             &schema,
             query.as_any().encode_to_vec(),
@@ -416,7 +416,7 @@ impl FlightSqlService for Service {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         self.caller(request.metadata())?;
-        let schema = query.clone().into_builder().schema();
+        let schema = query.into_builder().schema();
         Self::flight_info(
             &schema,
             query.as_any().encode_to_vec(),
