@@ -47,6 +47,10 @@ pub struct ServeArgs {
     /// set).
     #[arg(long)]
     pub pg_addr: Option<String>,
+    /// Arrow Flight SQL listen address, e.g. 127.0.0.1:8082 (flight.addr; off unless
+    /// set).
+    #[arg(long)]
+    pub flight_addr: Option<String>,
     /// Data directory (storage.dir).
     #[arg(long)]
     pub data_dir: Option<PathBuf>,

@@ -12,9 +12,10 @@ use serde::{Deserialize, Serialize};
 const ENTRY_ENVELOPE_BYTES: usize = 1 << 20;
 
 /// Sections a `QUIVER_<SECTION>_<KEY>` variable may name.
-const SECTIONS: [&str; 12] = [
+const SECTIONS: [&str; 13] = [
     "http",
     "pg",
+    "flight",
     "storage",
     "wal",
     "cluster",
@@ -35,6 +36,8 @@ pub struct Config {
     pub http: HttpConfig,
     /// The Postgres wire protocol listener (off unless `pg.addr` is set).
     pub pg: PgSection,
+    /// The Arrow Flight SQL listener (off unless `flight.addr` is set).
+    pub flight: FlightSection,
     /// Data directory, buffers, flushes, Parquet.
     pub storage: StorageSection,
     /// Write-ahead log.
@@ -74,6 +77,14 @@ impl Default for PgSection {
             connections_max: 256,
         }
     }
+}
+
+/// `[flight]`: the Arrow Flight SQL door.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FlightSection {
+    /// Listen address (`127.0.0.1:8082`); none: no Flight SQL listener.
+    pub addr: Option<String>,
 }
 
 /// `[retention]`
@@ -395,6 +406,8 @@ pub struct Overrides {
     pub http_addr: Option<String>,
     /// `--pg-addr`
     pub pg_addr: Option<String>,
+    /// `--flight-addr`
+    pub flight_addr: Option<String>,
     /// `--data-dir`
     pub data_dir: Option<PathBuf>,
     /// `--wal-dir`
@@ -438,6 +451,9 @@ impl Config {
         }
         if let Some(a) = &flags.pg_addr {
             config.pg.addr = Some(a.clone());
+        }
+        if let Some(a) = &flags.flight_addr {
+            config.flight.addr = Some(a.clone());
         }
         if let Some(d) = &flags.data_dir {
             config.storage.dir = d.clone();
@@ -493,6 +509,16 @@ impl Config {
         addr.parse()
             .map(Some)
             .map_err(|_| anyhow!("pg.addr {addr:?} is not an address like 127.0.0.1:5433"))
+    }
+
+    /// The parsed Flight SQL listen address, if the door is on.
+    pub fn flight_addr(&self) -> Result<Option<SocketAddr>> {
+        let Some(addr) = &self.flight.addr else {
+            return Ok(None);
+        };
+        addr.parse()
+            .map(Some)
+            .map_err(|_| anyhow!("flight.addr {addr:?} is not an address like 127.0.0.1:8082"))
     }
 
     /// The static voter set: `1=http://host:port,2=...` parsed and checked (ids unique
@@ -575,6 +601,7 @@ impl Config {
     fn validate(&self) -> Result<()> {
         self.http_addr()?;
         self.pg_addr()?;
+        self.flight_addr()?;
         if self.pg.connections_max == 0 {
             bail!("pg.connections_max must be at least 1");
         }

@@ -5,6 +5,7 @@ mod cli;
 mod cluster_cli;
 mod config;
 mod continuous;
+mod flight;
 mod http;
 mod node;
 mod pg;
@@ -65,6 +66,7 @@ fn run_serve(args: cli::ServeArgs) -> anyhow::Result<()> {
     let overrides = Overrides {
         http_addr: args.http_addr,
         pg_addr: args.pg_addr,
+        flight_addr: args.flight_addr,
         data_dir: args.data_dir,
         wal_dir: args.wal_dir,
         node_id: args.node_id,

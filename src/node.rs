@@ -210,6 +210,19 @@ pub async fn serve(config: Config) -> Result<()> {
         }
         None => None,
     };
+    let flight_door = match config.flight_addr()? {
+        Some(flight_addr) => {
+            let flight_listener = tokio::net::TcpListener::bind(flight_addr)
+                .await
+                .with_context(|| format!("flight.addr {flight_addr}: cannot listen"))?;
+            tracing::info!(%flight_addr, "arrow flight sql listening");
+            Some(tokio::spawn(crate::flight::serve(
+                flight_listener,
+                state.clone(),
+            )))
+        }
+        None => None,
+    };
     let fatal = Arc::new(tokio::sync::Notify::new());
     let watchdog = tokio::spawn(watch_for_fatal(node.clone(), fatal.clone()));
     let stop = async {
@@ -224,6 +237,9 @@ pub async fn serve(config: Config) -> Result<()> {
     watchdog.abort();
     cq_runner.abort();
     if let Some(door) = pg_door {
+        door.abort();
+    }
+    if let Some(door) = flight_door {
         door.abort();
     }
     for task in background {

@@ -21,7 +21,7 @@ use quiver_storage::{validate_database_name, TableSource};
 use crate::provider::MeasurementTable;
 
 /// Name of the single catalog; databases are its schemas.
-pub(crate) const CATALOG_NAME: &str = "quiver";
+pub const CATALOG_NAME: &str = "quiver";
 
 /// The catalog over the databases of a [`TableSource`] a query may see.
 #[derive(Clone)]

@@ -32,7 +32,7 @@ mod sandbox;
 mod stream;
 mod udf;
 
-pub use catalog::QueryAccess;
+pub use catalog::{QueryAccess, CATALOG_NAME};
 pub use config::{QueryConfig, JOIN_PAIRS_MAX_DEFAULT};
 pub use datafusion::scalar::ScalarValue;
 pub use delete_where::{parse_delete_where, DELETE_WHERE_BYTES_MAX};

@@ -71,6 +71,7 @@ class Node:
         self.host = "127.0.0.1"
         self.port = 0
         self.pg_port = 0
+        self.flight_port = 0
         self.url = ""
         self.proc: subprocess.Popen | None = None
         self.log_path = workdir / "quiver.log"
@@ -83,6 +84,7 @@ class Node:
         for _attempt in range(3):
             self.port = free_port()
             self.pg_port = free_port()
+            self.flight_port = free_port()
             self.url = f"http://{self.host}:{self.port}"
             data_dir = self.workdir / f"data-{self.port}"
             env = dict(os.environ)
@@ -99,6 +101,9 @@ class Node:
                     # The Postgres wire protocol door (tests/compat/test_postgres.py).
                     "--pg-addr",
                     f"{self.host}:{self.pg_port}",
+                    # The Arrow Flight SQL door (tests/compat/test_flight.py).
+                    "--flight-addr",
+                    f"{self.host}:{self.flight_port}",
                 ],
                 env=env,
                 stdout=log,

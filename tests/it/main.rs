@@ -10,6 +10,7 @@ mod compaction;
 mod config_errors;
 mod crash;
 mod disk_full;
+mod flight;
 mod hardening;
 mod ingest;
 mod lifecycle;
