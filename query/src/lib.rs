@@ -22,6 +22,7 @@ pub mod encode;
 mod engine;
 mod error;
 mod join_guard;
+mod join_order;
 mod memory;
 mod produce;
 mod provider;
