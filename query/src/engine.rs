@@ -29,8 +29,6 @@ use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::object_store::{DefaultObjectStoreRegistry, ObjectStoreRegistry};
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
-use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
-use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use quiver_storage::TableSource;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -40,24 +38,11 @@ use crate::catalog::{QueryAccess, QuiverCatalog, CATALOG_NAME};
 use crate::config::{QueryConfig, RESULT_CHUNKS_AHEAD_MAX};
 use crate::encode::BatchEncoder;
 use crate::error::Error;
-use crate::join_order;
 use crate::memory::{NodeMemory, QueryMemoryPool};
 use crate::produce::{self, Batches, Described, Encoded, Sink};
 use crate::runtime::QueryRuntime;
 use crate::stream::{EncodedStream, QueryStream, ResultStream};
 use crate::udf;
-
-/// DataFusion's physical optimizer rules with Quiver's inserted: joins are built on a
-/// grouped subquery's side (see `join_order`).
-fn physical_optimizer_rules() -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
-    let mut rules = PhysicalOptimizer::new().rules;
-    let at = rules
-        .iter()
-        .position(|r| r.name() == join_order::AFTER_RULE)
-        .map_or(rules.len(), |i| i + 1);
-    rules.insert(at, Arc::new(join_order::BuildOnGroupedSide));
-    rules
-}
 
 /// URL under which the storage object store is registered in every query's runtime;
 /// [`quiver_storage::ParquetFileRef::path`] is resolved against it.
@@ -143,7 +128,6 @@ impl QueryEngine {
             .scalar_functions()
             .get_or_insert_with(Vec::new)
             .push(udf::time_bucket());
-        *builder.physical_optimizer_rules() = Some(physical_optimizer_rules());
         Ok(QueryEngine {
             inner: Arc::new(Shared {
                 source,

@@ -22,7 +22,6 @@ pub mod encode;
 mod engine;
 mod error;
 mod join_guard;
-mod join_order;
 mod memory;
 mod produce;
 mod provider;

@@ -3,7 +3,6 @@
 mod aggregates;
 mod catalog;
 mod encode;
-mod joins;
 mod limits;
 mod pruning;
 mod sandbox;

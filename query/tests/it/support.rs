@@ -277,11 +277,6 @@ impl Fixture {
         }
     }
 
-    /// The directory the fixture's Parquet files are in (the object store's root).
-    pub fn root(&self) -> std::path::PathBuf {
-        self._dir.path().to_path_buf()
-    }
-
     pub fn engine(&self) -> QueryEngine {
         self.engine_with(QueryConfig {
             target_partitions: 2,
