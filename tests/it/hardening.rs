@@ -139,8 +139,14 @@ async fn a_refusal_to_a_client_expecting_100_continue_needs_no_body() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_larger_than_one_log_entry_is_refused_and_raft_keeps_running() {
     let dir = tempfile::tempdir().unwrap();
-    let node =
-        Node::start(NodeSpec::new(dir.path()).with("QUIVER_RAFT_ENTRY_BYTES_MAX", 4 << 20)).await;
+    // Plain entries: packed with zstd (the default), these small integers fit in the
+    // limit; `a_packed_entry_over_the_limit_is_refused` covers the default.
+    let node = Node::start(
+        NodeSpec::new(dir.path())
+            .with("QUIVER_RAFT_ENTRY_BYTES_MAX", 4 << 20)
+            .with("QUIVER_RAFT_ENTRY_COMPRESSION", "none"),
+    )
+    .await;
     // 1 M small integers: about 1 MB of MessagePack, 8 MB of Arrow.
     let n = 1_000_000usize;
     let body = rmp_serde::to_vec_named(&json!({"m": "big", "columns": {
@@ -170,6 +176,36 @@ async fn a_write_larger_than_one_log_entry_is_refused_and_raft_keeps_running() {
         .await
         .unwrap();
     assert_eq!(ready.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_packed_entry_over_the_limit_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let node =
+        Node::start(NodeSpec::new(dir.path()).with("QUIVER_RAFT_ENTRY_BYTES_MAX", 4 << 20)).await;
+    // 600,000 values of full 64-bit entropy: about 11 MB of MessagePack, 4.8 MB packed,
+    // which zstd cannot shrink below the 4 MiB limit.
+    let n = 600_000usize;
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let noise: Vec<i64> = (0..n)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as i64
+        })
+        .collect();
+    let body = rmp_serde::to_vec_named(&json!({"m": "noise", "columns": {
+        "time": (0..n).map(|i| 1_700_000_000_000i64 + i as i64).collect::<Vec<_>>(),
+        "v": noise,
+    }}))
+    .unwrap();
+    let (status, text) = node.write_msgpack("db", body).await;
+    assert_eq!(status, 413, "{text}");
+    assert!(text.contains("raft.entry_bytes_max"), "{text}");
+    let small = crate::common::batch_payload("ok", 1, 100, 1_700_000_000_000_000_000, 3);
+    let (status, text) = node.write_msgpack("db", small).await;
+    assert_eq!(status, 204, "{text}\n{}", node.log_tail());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
