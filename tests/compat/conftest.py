@@ -161,6 +161,16 @@ class Node:
         except urllib.error.HTTPError as e:
             return e.code, dict(e.headers), e.read()
 
+    def write_lines(self, db: str, lines: list[str]) -> None:
+        """Writes nanosecond line protocol to `db` through /api/v2/write; asserts 204."""
+        status, _, body = self.request(
+            "POST",
+            f"/api/v2/write?bucket={db}&precision=ns",
+            "\n".join(lines).encode(),
+            {"Authorization": f"Token {TOKEN}"},
+        )
+        assert status == 204, body
+
     def sql(self, db: str, query: str) -> dict:
         """Runs SQL through POST /api/v1/query against database `db`; returns the JSON."""
         status, _, body = self.request(

@@ -33,13 +33,7 @@ LINES = [
 
 @pytest.fixture
 def flight_db(node, db):
-    status, _, body = node.request(
-        "POST",
-        f"/api/v2/write?bucket={db}&precision=ns",
-        "\n".join(LINES).encode(),
-        {"Authorization": f"Token {TOKEN}"},
-    )
-    assert status == 204, body
+    node.write_lines(db, LINES)
     return db
 
 
