@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Client-compatibility tests: real Python client libraries (InfluxDB 1.x/2.x, Arc SDK,
-# QuestDB ILP/HTTP, psycopg and asyncpg), a real Prometheus server (remote write) and
+# QuestDB ILP/HTTP, psycopg and asyncpg, ADBC Flight SQL, influxdb3-python), an S3 API
+# server (moto, for Parquet files in a bucket), a real Prometheus server (remote write) and
 # Debian's psql against a real `quiver` node. Needs the debug binary built by
 # `cargo build`/`cargo test` (or QUIVER_BIN pointing at one) and python3 with pip.
 set -euo pipefail

@@ -207,6 +207,25 @@ pub struct StorageSection {
     /// Below this many free bytes on the data volume, writes get 503 and flushes wait
     /// (0 = no watermark).
     pub free_bytes_min: u64,
+    /// `s3://bucket/prefix`: Parquet files go to this S3-compatible bucket (under
+    /// `node-{id}/`) instead of `dir/parquet`. The WAL, snapshots and catalog stay in
+    /// `dir`. Unset: local disk.
+    pub object_store: Option<String>,
+    /// Endpoint of an S3-compatible service; `AWS_ENDPOINT` or AWS's when unset.
+    pub object_store_endpoint: Option<String>,
+    /// Region; `AWS_REGION` or `us-east-1` when unset.
+    pub object_store_region: Option<String>,
+    /// Access key; `AWS_ACCESS_KEY_ID` when unset.
+    pub object_store_access_key_id: Option<String>,
+    /// Secret key; `AWS_SECRET_ACCESS_KEY` when unset.
+    pub object_store_secret_access_key: Option<String>,
+    /// Allow a plain `http://` endpoint (a local test server).
+    pub object_store_allow_http: bool,
+    /// Longest one request to the bucket may take, its retries included.
+    pub object_store_timeout_ms: u64,
+    /// Local disk for whole files queries read from the bucket (0 = none; footers are
+    /// cached in memory either way, `query.footer_cache_bytes_max`).
+    pub cache_bytes_max: u64,
 }
 
 impl Default for StorageSection {
@@ -221,6 +240,14 @@ impl Default for StorageSection {
             parquet_zstd_level: d.parquet.zstd_level,
             parquet_row_group_rows_max: d.parquet.row_group_rows_max,
             free_bytes_min: 128 * 1024 * 1024,
+            object_store: None,
+            object_store_endpoint: None,
+            object_store_region: None,
+            object_store_access_key_id: None,
+            object_store_secret_access_key: None,
+            object_store_allow_http: false,
+            object_store_timeout_ms: 30_000,
+            cache_bytes_max: 0,
         }
     }
 }
@@ -351,6 +378,10 @@ pub struct QuerySection {
     /// Row pairs a nested-loop or cross join may compare; larger ones get 400 (0 = no
     /// limit).
     pub join_pairs_max: u64,
+    /// Memory for Parquet footers and page indexes kept across queries (files never
+    /// change, so a repeated query reads none of them again; matters most when files
+    /// are in a bucket).
+    pub footer_cache_bytes_max: usize,
 }
 
 impl Default for QuerySection {
@@ -365,6 +396,7 @@ impl Default for QuerySection {
             threads: 0,
             thread_nice: 10,
             join_pairs_max: quiver_query::JOIN_PAIRS_MAX_DEFAULT,
+            footer_cache_bytes_max: 64 * 1024 * 1024,
         }
     }
 }
@@ -375,6 +407,26 @@ impl Default for QuerySection {
 pub struct AuthSection {
     /// Require tokens. Turn off for local development only.
     pub enabled: bool,
+}
+
+impl Config {
+    /// The bucket Parquet files go to, if `storage.object_store` names one.
+    pub fn bucket(&self) -> Option<quiver_storage::BucketSettings> {
+        let s = &self.storage;
+        s.object_store
+            .as_ref()
+            .map(|url| quiver_storage::BucketSettings {
+                url: url.clone(),
+                endpoint: s.object_store_endpoint.clone(),
+                region: s.object_store_region.clone(),
+                access_key_id: s.object_store_access_key_id.clone(),
+                secret_access_key: s.object_store_secret_access_key.clone(),
+                allow_http: s.object_store_allow_http,
+                timeout_ms: s.object_store_timeout_ms,
+                node_id: self.cluster.node_id,
+                cache_bytes_max: s.cache_bytes_max,
+            })
+    }
 }
 
 impl Default for AuthSection {
@@ -665,6 +717,10 @@ impl Config {
                 self.raft.replication_timeout_ms,
             ),
             ("wal.segment_bytes_max", self.wal.segment_bytes_max),
+            (
+                "storage.object_store_timeout_ms",
+                self.storage.object_store_timeout_ms,
+            ),
             ("query.timeout_ms", self.query.timeout_ms),
             (
                 "compaction.check_interval_ms",
@@ -692,6 +748,11 @@ impl Config {
             bail!("raft.entry_bytes_max must not exceed http.write_bytes_in_flight_max");
         }
         self.limits.validate().map_err(|e| anyhow!("limits: {e}"))?;
+        if let Some(url) = &self.storage.object_store {
+            if !url.starts_with("s3://") {
+                bail!("storage.object_store must be an s3://bucket/prefix URL, not {url:?}");
+            }
+        }
         if self.compaction.hour_files_min < 2 {
             bail!("compaction.hour_files_min must be at least 2");
         }

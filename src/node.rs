@@ -60,17 +60,17 @@ pub async fn serve(config: Config) -> Result<()> {
             memory_bytes_max: config.compaction.memory_bytes_max,
             input_grace_ms: config.compaction.input_grace_ms,
         },
+        object_store: config.bucket(),
     };
     // The newest snapshot says which Parquet files are live; read it before storage.
     let recovered = quiver_raft::Recovered::load(&data_dir, &config.wal_dir())
         .context("reading the newest snapshot")?;
     let storage = Arc::new(
-        Storage::open_with(
+        open_storage(
             storage_config,
             recovered.file_set(config.peers()?.len() > 1),
         )
-        .await
-        .context("opening storage")?,
+        .await?,
     );
     let report = storage.open_report();
     if let Some(reason) = &report.catalog.rebuilt_because {
@@ -147,6 +147,7 @@ pub async fn serve(config: Config) -> Result<()> {
             threads: or_cores(config.query.threads, 1),
             thread_nice: config.query.thread_nice,
             join_pairs_max: config.query.join_pairs_max,
+            footer_cache_bytes_max: config.query.footer_cache_bytes_max,
             ..QueryConfig::default()
         },
     )
@@ -299,4 +300,27 @@ async fn shutdown_signal() {
         _ = term => {}
     }
     tracing::info!("shutdown requested");
+}
+
+/// Longest wait between two attempts to open storage while its bucket is unreachable.
+const STORE_RETRY_MS_MAX: u64 = 10_000;
+
+/// Opens storage; while the bucket holding the Parquet files cannot be listed (an
+/// outage, a network partition), waits and tries again rather than exiting: nothing can
+/// be decided about the files before they can be seen, and a supervisor restarting the
+/// node in a loop would not help. Any other error ends the start.
+async fn open_storage(config: StorageConfig, files: quiver_storage::FileSet) -> Result<Storage> {
+    let mut wait_ms = 250;
+    loop {
+        match Storage::open_with(config.clone(), files.clone()).await {
+            Ok(storage) => return Ok(storage),
+            Err(quiver_storage::Error::ObjectStore(e)) if config.object_store.is_some() => {
+                tracing::error!(error = %e, retry_ms = wait_ms,
+                    "cannot list the Parquet files in the bucket; trying again");
+                tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
+                wait_ms = (wait_ms * 2).min(STORE_RETRY_MS_MAX);
+            }
+            Err(e) => return Err(e).context("opening storage"),
+        }
+    }
 }

@@ -30,6 +30,10 @@ pub struct QueryConfig {
     /// Nice value (0..=19) of the query threads, so that under CPU contention the
     /// ingest path, on the main runtime at nice 0, gets most of the CPU. 0 disables it.
     pub thread_nice: i32,
+    /// Memory for Parquet footers and page indexes kept across queries, in bytes.
+    /// Files never change once written, so a repeated query reads none of them again;
+    /// with files in a bucket each one saved is a round trip.
+    pub footer_cache_bytes_max: usize,
 }
 
 /// Default of [`QueryConfig::join_pairs_max`]: a few seconds of one core's work.
@@ -72,6 +76,7 @@ impl Default for QueryConfig {
             threads: cores,
             join_pairs_max: JOIN_PAIRS_MAX_DEFAULT,
             thread_nice: 10,
+            footer_cache_bytes_max: 64 * 1024 * 1024,
         }
     }
 }

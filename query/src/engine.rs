@@ -29,6 +29,8 @@ use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::object_store::{DefaultObjectStoreRegistry, ObjectStoreRegistry};
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
+use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use quiver_storage::TableSource;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -119,7 +121,8 @@ impl QueryEngine {
             .with_create_default_catalog_and_schema(false);
         let mut builder = SessionStateBuilder::new_with_default_features()
             .with_config(base_config)
-            .with_catalog_list(Arc::new(catalogs) as Arc<dyn CatalogProviderList>);
+            .with_catalog_list(Arc::new(catalogs) as Arc<dyn CatalogProviderList>)
+            .with_physical_optimizer_rules(physical_rules());
         // No table factories and no file formats: nothing to back `CREATE EXTERNAL
         // TABLE` or `COPY` even if a statement slipped past the sandbox.
         *builder.table_factories() = Some(HashMap::new());
@@ -132,7 +135,9 @@ impl QueryEngine {
             inner: Arc::new(Shared {
                 source,
                 base_state: builder.build(),
-                base_runtime: Arc::new(RuntimeEnv::default()),
+                base_runtime: RuntimeEnvBuilder::new()
+                    .with_metadata_cache_limit(config.footer_cache_bytes_max)
+                    .build_arc()?,
                 admission: Admission::new(config.concurrency_max, config.queue_max),
                 node_memory: Arc::new(NodeMemory::new(config.node_memory_bytes_max)),
                 runtime: QueryRuntime::new(config.threads, config.thread_nice)?,
@@ -367,4 +372,18 @@ impl QueryEngine {
             .build_arc()?;
         Ok(runtime)
     }
+}
+
+/// DataFusion's physical optimizer rules, with Quiver's join build-side rule right after
+/// `JoinSelection` (it must run before filters are pushed into joins; see
+/// [`crate::build_side`]).
+fn physical_rules() -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
+    let mut rules = PhysicalOptimizer::new().rules;
+    let after = rules
+        .iter()
+        .position(|r| r.name() == "join_selection")
+        .map_or(0, |i| i + 1);
+    debug_assert!(after > 0, "DataFusion has no join_selection rule any more");
+    rules.insert(after, Arc::new(crate::build_side::BuildOnAggregate));
+    rules
 }

@@ -32,6 +32,11 @@ pub enum Error {
         /// Queries waiting when this one was refused.
         queued: usize,
     },
+    /// The Parquet files could not be read from where they are kept (the object store
+    /// is unreachable, a request to it timed out): the query may succeed once it is
+    /// back.
+    #[error("the stored files cannot be read now; retry later: {0}")]
+    StoreUnavailable(String),
     /// A fault on the server side (storage, I/O, a bug); not the client's doing.
     #[error("internal error: {0}")]
     Internal(String),
@@ -45,6 +50,7 @@ impl Error {
             Error::Timeout { .. } => 504,
             Error::ResourcesExhausted(_) => 507,
             Error::Busy { .. } => 429,
+            Error::StoreUnavailable(_) => 503,
             Error::Internal(_) => 500,
         }
     }
@@ -53,7 +59,9 @@ impl Error {
     /// rather than the request (`Retry-After`).
     pub fn retry_after_s(&self) -> Option<u32> {
         match self {
-            Error::Busy { .. } => Some(crate::config::BUSY_RETRY_AFTER_S),
+            Error::Busy { .. } | Error::StoreUnavailable(_) => {
+                Some(crate::config::BUSY_RETRY_AFTER_S)
+            }
             _ => None,
         }
     }
@@ -97,6 +105,14 @@ pub(crate) enum MemoryLimitHit {
 impl From<DataFusionError> for Error {
     fn from(err: DataFusionError) -> Self {
         let message = err.strip_backtrace();
+        // A read the object store failed (the bucket unreachable, a timeout), however
+        // deep in Parquet's or DataFusion's errors it is wrapped: Parquet's reader keeps
+        // only the store error's text, so the text is what there is to go by.
+        if matches!(err.find_root(), DataFusionError::ObjectStore(_))
+            || message.contains("Object Store error")
+        {
+            return Error::StoreUnavailable(message);
+        }
         match err.find_root() {
             DataFusionError::ResourcesExhausted(_) => Error::ResourcesExhausted(message),
             DataFusionError::Internal(_)

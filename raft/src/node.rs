@@ -902,7 +902,7 @@ impl RaftNode {
             if self.raft.metrics().borrow().running_state.is_err() {
                 return;
             }
-            self.storage.delete_condemned();
+            self.storage.delete_condemned().await;
             // Removed files leave the disk only once a snapshot no longer lists them.
             let awaiting_snapshot = self.storage.condemned_awaiting_snapshot();
             if awaiting_snapshot && last_snapshot_asked.is_none_or(|t| t.elapsed() >= snapshot_gap)

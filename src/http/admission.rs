@@ -231,11 +231,11 @@ fn check(
         )
     })?;
     if app.storage.is_over_memory_limit() {
-        return Err(refused(
-            "memory",
-            StatusCode::SERVICE_UNAVAILABLE,
-            "buffers are full while flushes catch up; retry later".into(),
-        ));
+        let message = match app.storage.flush_failing(std::time::Duration::ZERO) {
+            Some(why) => format!("buffers are full because {why}; retry later"),
+            None => "buffers are full while flushes catch up; retry later".into(),
+        };
+        return Err(refused("memory", StatusCode::SERVICE_UNAVAILABLE, message));
     }
     for volume in [&app.wal_volume, &app.data_volume] {
         if let Some(reason) = volume.low() {

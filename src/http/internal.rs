@@ -186,19 +186,14 @@ pub async fn file(
         )
             .into_response();
     }
-    let full = app.storage.config().dir.join("parquet").join(&path);
-    match tokio::fs::File::open(&full).await {
-        Ok(file) => {
-            let stream = tokio_util::io::ReaderStream::with_capacity(file, 256 * 1024);
-            (
-                [(header::CONTENT_TYPE, "application/vnd.apache.parquet")],
-                Body::from_stream(stream),
-            )
-                .into_response()
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            (StatusCode::NOT_FOUND, format!("{path}: not here")).into_response()
-        }
+    // From local disk or from the bucket, whichever holds this node's files.
+    match app.storage.file_store().open_stream(&path).await {
+        Ok(Some(stream)) => (
+            [(header::CONTENT_TYPE, "application/vnd.apache.parquet")],
+            Body::from_stream(stream),
+        )
+            .into_response(),
+        Ok(None) => (StatusCode::NOT_FOUND, format!("{path}: not here")).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{path}: {e}")).into_response(),
     }
 }

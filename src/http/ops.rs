@@ -40,15 +40,21 @@ pub async fn ping() -> Response {
     r
 }
 
+/// How long every segment write must have failed (the disk or the bucket refusing)
+/// before `/ready` says so: a blip is retried quietly, an outage is reported.
+const FLUSH_FAILING_UNREADY_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// `GET /ready`: 200 when this node can take writes: Raft runs, the log is replayed,
-/// a leader with a quorum is known, and both volumes are above their free-space
-/// watermarks. Otherwise 503 with the reason (readiness: take it out of rotation).
+/// a leader with a quorum is known, both volumes are above their free-space
+/// watermarks, and segments can be written (to disk or the bucket). Otherwise 503 with
+/// the reason (readiness: take it out of rotation).
 pub async fn ready(State(app): State<AppState>) -> Response {
     let reason = app
         .node
         .unready_reason()
         .or_else(|| app.wal_volume.low())
-        .or_else(|| app.data_volume.low());
+        .or_else(|| app.data_volume.low())
+        .or_else(|| app.storage.flush_failing(FLUSH_FAILING_UNREADY_AFTER));
     match reason {
         None => (StatusCode::OK, Json(json!({"status": "ready"}))).into_response(),
         Some(reason) => {
@@ -137,6 +143,7 @@ pub async fn storage(
         "bytes": bytes,
         "rows": rows,
         "compactions_pending": pending,
+        "location": app.storage.file_store().describe(),
         "databases": databases,
     })))
 }

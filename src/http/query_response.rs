@@ -26,13 +26,13 @@ use super::error::ApiError;
 use super::AppState;
 
 /// The API's answer for a query error: its status and message, with `Retry-After` when
-/// the node is busy.
+/// the node is busy or its stored files cannot be read now.
 pub fn query_error(e: quiver_query::Error) -> ApiError {
+    let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     if let Some(retry_after_s) = e.retry_after_s() {
         metrics::counter!("quiver_queries_refused_total").increment(1);
-        return ApiError::overloaded(StatusCode::TOO_MANY_REQUESTS, e.to_string(), retry_after_s);
+        return ApiError::overloaded(status, e.to_string(), retry_after_s);
     }
-    let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     ApiError::with_status(status, e.to_string())
 }
 

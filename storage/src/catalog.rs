@@ -19,8 +19,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use futures::{FutureExt, TryStreamExt};
-use object_store::local::LocalFileSystem;
+use futures::FutureExt;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::arrow::async_reader::MetadataFetch;
@@ -28,14 +27,11 @@ use parquet::errors::ParquetError;
 use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 
 use crate::compaction::{split_superseded, CompactionJob};
-use crate::durable::{remove_if_stale_temp, TEMP_SUFFIX};
 use crate::error::{Error, Result};
+use crate::file_store::FileStore;
 use crate::meta::{FileMeta, FILE_META_KEY, FILE_META_VERSION};
-use crate::paths::DATA_PREFIX;
 
 const FILES_TREE: &str = "files";
-/// Most quarantined copies of one path kept side by side (`x.parquet`, `x.parquet.1`...).
-const QUARANTINE_COPIES_MAX: u32 = 100;
 
 /// Which Parquet files are live when storage opens. The caller knows: the newest
 /// snapshot lists the files its state holds, and every file written since is rebuilt
@@ -93,12 +89,12 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    /// Opens the catalog in `dir` and decides which files in `local` are live, as `set`
-    /// says (see [`FileSet`]), moving unreadable files to `quarantine_dir`. Returns the
-    /// live files' metadata.
+    /// Opens the catalog in `dir` and decides which files in `files` are live, as `set`
+    /// says (see [`FileSet`]), moving unreadable files to quarantine. Returns the live
+    /// files' metadata.
     pub async fn open(
         dir: &Path,
-        local: &Arc<LocalFileSystem>,
+        local: &FileStore,
         quarantine_dir: &Path,
         set: &FileSet,
     ) -> Result<(Catalog, Vec<FileMeta>, CatalogReport)> {
@@ -194,13 +190,12 @@ impl Catalog {
 /// log replays them), and files a compaction output replaced are deleted.
 async fn open_from_footers(
     dir: &Path,
-    local: &Arc<LocalFileSystem>,
+    local: &FileStore,
     quarantine_dir: &Path,
     listed: BTreeMap<String, u64>,
     report: &mut CatalogReport,
 ) -> Result<(Catalog, Vec<FileMeta>)> {
-    let store: Arc<dyn ObjectStore> = local.clone();
-    let store = &store;
+    let store = &local.reader();
     let existing = match open_sled(dir) {
         Ok(catalog) => match catalog.read_all() {
             Ok(entries) => match agree(&entries, &listed) {
@@ -232,7 +227,9 @@ async fn open_from_footers(
                 match read_footer(store, path, *size).await {
                     Ok(meta) => entries.push(meta),
                     Err(e) => {
-                        quarantine(local, quarantine_dir, path, &e.to_string())?;
+                        local
+                            .quarantine(quarantine_dir, path, &e.to_string())
+                            .await?;
                         report.quarantined.push(path.clone());
                     }
                 }
@@ -247,16 +244,17 @@ async fn open_from_footers(
     let damaged = !report.quarantined.is_empty();
     for meta in &incomplete {
         if damaged {
-            quarantine(
-                local,
-                quarantine_dir,
-                &meta.path,
-                "its segment is incomplete and another file was unreadable",
-            )?;
+            local
+                .quarantine(
+                    quarantine_dir,
+                    &meta.path,
+                    "its segment is incomplete and another file was unreadable",
+                )
+                .await?;
             report.quarantined.push(meta.path.clone());
         } else {
             tracing::warn!(path = %meta.path, "deleting a file of an incompletely written segment; the log replays it");
-            store.delete(&ObjectPath::from(meta.path.as_str())).await?;
+            local.delete(&meta.path).await?;
             report.incomplete_files_deleted.push(meta.path.clone());
         }
         catalog.remove(&meta.path)?;
@@ -264,10 +262,7 @@ async fn open_from_footers(
     let (complete, superseded) = split_superseded(complete);
     for meta in &superseded {
         tracing::info!(path = %meta.path, "deleting a file a compaction replaced");
-        match store.delete(&ObjectPath::from(meta.path.as_str())).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) => return Err(e.into()),
-        }
+        local.delete(&meta.path).await?;
         catalog.remove(&meta.path)?;
         report.superseded_files_deleted.push(meta.path.clone());
     }
@@ -281,13 +276,13 @@ async fn open_from_footers(
 /// to the same set without reading a single footer.
 async fn open_from_manifest(
     dir: &Path,
-    local: &Arc<LocalFileSystem>,
+    local: &FileStore,
     quarantine_dir: &Path,
     listed: &BTreeMap<String, u64>,
     (manifest, jobs): (&[FileMeta], &[CompactionJob]),
     report: &mut CatalogReport,
 ) -> Result<(Catalog, Vec<FileMeta>)> {
-    let store: Arc<dyn ObjectStore> = local.clone();
+    let store = local.reader();
     let mut live = Vec::with_capacity(manifest.len());
     let mut wanted = BTreeSet::new();
     // Outputs of queued compactions that ran after the snapshot: done, their inputs
@@ -322,7 +317,9 @@ async fn open_from_manifest(
                     "{size} bytes on disk, the snapshot's manifest says {}",
                     meta.size_bytes
                 );
-                quarantine(local, quarantine_dir, &meta.path, &reason)?;
+                local
+                    .quarantine(quarantine_dir, &meta.path, &reason)
+                    .await?;
                 report.quarantined.push(meta.path.clone());
                 report.lacking.push(meta.path.clone());
             }
@@ -333,17 +330,7 @@ async fn open_from_manifest(
     live.retain(|m| !consumed.contains(m.path.as_str()));
     wanted.retain(|p| !consumed.contains(p));
     for path in listed.keys().filter(|p| !wanted.contains(p.as_str())) {
-        let on_disk = local.path_to_filesystem(&ObjectPath::from(path.as_str()))?;
-        match std::fs::remove_file(&on_disk) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => {
-                return Err(Error::Io {
-                    path: on_disk,
-                    source,
-                })
-            }
-        }
+        local.delete(path).await?;
         report.unlisted_files_deleted.push(path.clone());
     }
     if !report.unlisted_files_deleted.is_empty() {
@@ -418,70 +405,15 @@ fn reset_dir(dir: &Path) -> Result<()> {
 /// Every Parquet file under the data prefix, with its size. Removes the temporary
 /// files of writes a crash interrupted (`{name}.parquet.tmp`) on the way.
 async fn list_files(
-    local: &Arc<LocalFileSystem>,
+    local: &FileStore,
     report: &mut CatalogReport,
 ) -> Result<BTreeMap<String, u64>> {
-    let prefix = ObjectPath::from(DATA_PREFIX);
-    let objects: Vec<object_store::ObjectMeta> = local.list(Some(&prefix)).try_collect().await?;
-    let mut files = BTreeMap::new();
-    for object in objects {
-        let path = object.location.as_ref();
-        if path.ends_with(".parquet") {
-            files.insert(path.to_string(), object.size);
-        } else if path.ends_with(&format!(".parquet{TEMP_SUFFIX}")) {
-            let on_disk = local.path_to_filesystem(&object.location)?;
-            if remove_if_stale_temp(&on_disk)? {
-                tracing::info!(path, "removed the temporary file of an interrupted write");
-                report.temp_files_removed.push(path.to_string());
-            }
-        }
+    let (files, temps_removed) = local.list().await?;
+    for path in temps_removed {
+        tracing::info!(path, "removed the temporary file of an interrupted write");
+        report.temp_files_removed.push(path);
     }
     Ok(files)
-}
-
-/// Moves an unreadable file out of the store to the same relative path under
-/// `quarantine_dir` (never over an earlier copy), loudly. No fsync: if a power loss
-/// undoes the move, the next start finds the file unreadable again and moves it again.
-fn quarantine(
-    local: &LocalFileSystem,
-    quarantine_dir: &Path,
-    path: &str,
-    reason: &str,
-) -> Result<()> {
-    let object = ObjectPath::from(path);
-    let from = local.path_to_filesystem(&object)?;
-    let relative: PathBuf = object.parts().map(|p| p.as_ref().to_string()).collect();
-    let mut to = quarantine_dir.join(&relative);
-    for copy in 1..=QUARANTINE_COPIES_MAX {
-        if !to.exists() {
-            break;
-        }
-        if copy == QUARANTINE_COPIES_MAX {
-            return Err(Error::Corrupt {
-                path: path.to_string(),
-                reason: format!(
-                    "cannot quarantine ({reason}): {QUARANTINE_COPIES_MAX} copies already in {}",
-                    quarantine_dir.display()
-                ),
-            });
-        }
-        to = quarantine_dir.join(format!("{}.{copy}", relative.display()));
-    }
-    let io = |at: &Path| {
-        let at = at.to_path_buf();
-        move |source| Error::Io { path: at, source }
-    };
-    if let Some(parent) = to.parent() {
-        std::fs::create_dir_all(parent).map_err(io(parent))?;
-    }
-    std::fs::rename(&from, &to).map_err(io(&from))?;
-    tracing::error!(
-        path,
-        reason,
-        moved_to = %to.display(),
-        "quarantined an unreadable Parquet file; its rows are still in the log or on other replicas"
-    );
-    Ok(())
 }
 
 /// Why the catalog's entries differ from the live files, if they do.

@@ -14,6 +14,7 @@ pub mod compaction;
 mod durable;
 mod error;
 mod file_list;
+mod file_store;
 pub mod fuzzing;
 mod ids;
 mod image;
@@ -40,6 +41,7 @@ pub use durable::{
 };
 pub use error::{Error, Result};
 pub use file_list::FileList;
+pub use file_store::{BucketSettings, FileStore};
 pub use ids::{
     validate_database_name, validate_measurement_name, LogIndex, TimestampNs,
     DATABASE_NAME_CHARS_MAX, MEASUREMENT_NAME_BYTES_MAX,

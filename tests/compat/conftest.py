@@ -65,9 +65,19 @@ class QueryError(Exception):
 class Node:
     """A running `quiver serve` process and the HTTP calls tests make to it."""
 
-    def __init__(self, binary: Path, workdir: Path):
+    def __init__(
+        self,
+        binary: Path,
+        workdir: Path,
+        extra_env: dict[str, str] | None = None,
+        data_dir: Path | None = None,
+    ):
         self.binary = binary
         self.workdir = workdir
+        # Settings as QUIVER_* variables, and a data directory kept across restarts
+        # (tests that kill and restart the node); without one, each start gets its own.
+        self.extra_env = dict(extra_env or {})
+        self.data_dir = data_dir
         self.host = "127.0.0.1"
         self.port = 0
         self.pg_port = 0
@@ -86,9 +96,10 @@ class Node:
             self.pg_port = free_port()
             self.flight_port = free_port()
             self.url = f"http://{self.host}:{self.port}"
-            data_dir = self.workdir / f"data-{self.port}"
+            data_dir = self.data_dir or self.workdir / f"data-{self.port}"
             env = dict(os.environ)
             env["QUIVER_BOOTSTRAP_TOKEN"] = TOKEN
+            env.update(self.extra_env)
             log = open(self.log_path, "ab")
             self.proc = subprocess.Popen(
                 [
@@ -141,6 +152,14 @@ class Node:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
+        self.proc = None
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown path runs, as in a crash."""
+        if self.proc is None:
+            return
+        self.proc.kill()
+        self.proc.wait(timeout=10)
         self.proc = None
 
     def log_tail(self, n: int = 40) -> str:

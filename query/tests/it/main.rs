@@ -3,6 +3,7 @@
 mod aggregates;
 mod catalog;
 mod encode;
+mod joins;
 mod limits;
 mod pruning;
 mod sandbox;

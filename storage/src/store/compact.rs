@@ -4,8 +4,6 @@
 
 use std::time::Instant;
 
-use object_store::path::Path as ObjectPath;
-
 use super::{Storage, TableKey};
 use crate::compaction::lifecycle_plan::plan_lifecycle;
 use crate::compaction::merge::merge_files;
@@ -13,7 +11,7 @@ use crate::compaction::plan::plan_table;
 use crate::compaction::{
     supersedes, CompactionJob, CompactionOutcome, CompactionRequest, CompactionSettings,
 };
-use crate::durable::{create_dir_all_durably, install_file_durably};
+use crate::durable::create_dir_all_durably;
 use crate::error::{Error, Result};
 use crate::ids::{LogIndex, TimestampNs};
 use crate::lifecycle::Tombstone;
@@ -133,23 +131,28 @@ impl Storage {
         if job.request.is_drop() {
             return self.drop_files(&table_key, &job, &inputs, started);
         }
-        let local = self.local.clone();
         let settings = self.config.parquet.clone();
         let memory_bytes_max = self.config.compaction.memory_bytes_max;
         let staged = self.staging_path(&format!("compaction-{}.parquet", job.index.0));
         let job_owned = job.clone();
         let guard = self.background_io();
-        let output = run_low_priority(move || {
-            let _guard = guard;
-            let mut on_disk = Vec::with_capacity(inputs.len());
-            for meta in inputs {
-                let path = local.path_to_filesystem(&ObjectPath::from(meta.path.as_str()))?;
-                on_disk.push((path, meta));
-            }
+        // Inputs in a bucket are downloaded to the staging directory first (removed when
+        // `copies` drops); on local disk they are read where they are.
+        let mut copies = Vec::with_capacity(inputs.len());
+        for meta in &inputs {
+            copies.push(self.files.local_copy(&meta.path, meta.size_bytes).await?);
+        }
+        let on_disk: Vec<(std::path::PathBuf, FileMeta)> = copies
+            .iter()
+            .zip(inputs)
+            .map(|(copy, meta)| (copy.path().to_path_buf(), meta))
+            .collect();
+        let staged_owned = staged.clone();
+        let merged = run_low_priority(move || {
             let keep = |meta: &FileMeta, batch: &arrow::record_batch::RecordBatch| {
                 job_owned.row_filter(meta, batch)
             };
-            let merged = write_staged(&staged, |sink| {
+            let merged = write_staged(&staged_owned, |sink| {
                 merge_files(
                     &job_owned,
                     &on_disk,
@@ -162,24 +165,28 @@ impl Storage {
             let meta = match merged {
                 Ok(Some(meta)) => meta,
                 other => {
-                    remove_staged(&staged);
+                    remove_staged(&staged_owned);
                     return other;
                 }
             };
-            let size_bytes = std::fs::metadata(&staged)
+            let size_bytes = std::fs::metadata(&staged_owned)
                 .map_err(|source| Error::Io {
-                    path: staged.clone(),
+                    path: staged_owned.clone(),
                     source,
                 })?
                 .len();
-            let target = local.path_to_filesystem(&ObjectPath::from(meta.path.as_str()))?;
-            if let Err(e) = install_file_durably(&staged, &target) {
+            Ok(Some(FileMeta { size_bytes, ..meta }))
+        })
+        .await;
+        drop(copies);
+        let output = merged?;
+        if let Some(meta) = &output {
+            if let Err(e) = self.files.install(&staged, &meta.path).await {
                 remove_staged(&staged);
                 return Err(e);
             }
-            Ok(Some(FileMeta { size_bytes, ..meta }))
-        })
-        .await?;
+        }
+        drop(guard);
         if let Some(output) = &output {
             self.catalog.insert(std::slice::from_ref(output))?;
         }

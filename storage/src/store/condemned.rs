@@ -16,8 +16,6 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use object_store::path::Path as ObjectPath;
-
 use super::{Storage, TableKey};
 use crate::error::Result;
 use crate::meta::FileMeta;
@@ -87,7 +85,7 @@ impl Storage {
 
     /// Deletes removed files whose grace period is over and that no durable snapshot
     /// lists. Returns how many.
-    pub fn delete_condemned(&self) -> usize {
+    pub async fn delete_condemned(&self) -> usize {
         let now = Instant::now();
         let due: Vec<Condemned> = {
             let mut condemned = self.condemned.lock();
@@ -104,19 +102,8 @@ impl Storage {
                 // output): the path now holds a live file.
                 continue;
             }
-            let path = match self
-                .local
-                .path_to_filesystem(&ObjectPath::from(c.path.as_str()))
-            {
-                Ok(p) => p,
-                Err(e) => {
-                    tracing::warn!(path = %c.path, error = %e, "cannot resolve a removed file");
-                    continue;
-                }
-            };
-            match std::fs::remove_file(&path) {
+            match self.files.delete(&c.path).await {
                 Ok(()) => deleted += 1,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 // Left for the next start, which deletes every file its snapshot does
                 // not list.
                 Err(e) => {

@@ -15,8 +15,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::Arc;
 
 use arrow::record_batch::RecordBatch;
-use object_store::local::LocalFileSystem;
-use object_store::ObjectStore;
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 
@@ -24,6 +22,7 @@ use crate::catalog::{catalog_dir, quarantine_dir, Catalog, CatalogReport, FileSe
 use crate::compaction::CompactionSettings;
 use crate::durable::create_dir_all_durably;
 use crate::error::Result;
+use crate::file_store::{BucketSettings, FileStore};
 use crate::ids::LogIndex;
 use crate::meta::FileMeta;
 use crate::parquet_encode::ParquetSettings;
@@ -60,6 +59,8 @@ pub struct StorageConfig {
     pub parquet: ParquetSettings,
     /// When and how files are merged.
     pub compaction: CompactionSettings,
+    /// The bucket Parquet files go to; `None`: `dir/parquet` on local disk.
+    pub object_store: Option<BucketSettings>,
 }
 
 impl Default for StorageConfig {
@@ -72,6 +73,7 @@ impl Default for StorageConfig {
             memory_bytes_max: 2 * 1024 * 1024 * 1024,
             parquet: ParquetSettings::default(),
             compaction: CompactionSettings::default(),
+            object_store: None,
         }
     }
 }
@@ -148,6 +150,9 @@ pub struct TableSummary {
     pub compactions_pending: usize,
 }
 
+/// Where whole files read from a bucket are cached, inside the storage directory.
+const OBJECT_CACHE_DIR: &str = "object-cache";
+
 struct Table {
     key: TableKey,
     state: RwLock<TableState>,
@@ -156,8 +161,7 @@ struct Table {
 /// See the module documentation.
 pub struct Storage {
     config: StorageConfig,
-    store: Arc<dyn ObjectStore>,
-    local: Arc<LocalFileSystem>,
+    files: FileStore,
     catalog: Catalog,
     tables: RwLock<BTreeMap<TableKey, Arc<Table>>>,
     memory_bytes: AtomicUsize,
@@ -165,6 +169,9 @@ pub struct Storage {
     /// Tables whose last segment write failed, and when they may be tried again: one
     /// table that cannot be written never holds up the others.
     persist_backoff: parking_lot::Mutex<BTreeMap<TableKey, persist::Backoff>>,
+    /// Since when segment writes have failed without one succeeding, and the last
+    /// error: what `/ready` and the memory refusal report.
+    persist_failing: parking_lot::Mutex<Option<persist::Failing>>,
     /// Replicated settings (tokens, lifecycle rules), changed only by log entries.
     policies: RwLock<Policies>,
     /// Wakes the compactor when a `Compact` entry is applied.
@@ -216,11 +223,18 @@ impl Storage {
                 "removed files a crash left half received or half built"
             );
         }
-        let local = Arc::new(LocalFileSystem::new_with_prefix(&parquet_dir)?);
-        let store: Arc<dyn ObjectStore> = local.clone();
+        let staging = persist::staging_dir(&config.dir);
+        let file_store = match &config.object_store {
+            None => FileStore::local(&parquet_dir, staging)?,
+            Some(bucket) => {
+                let store = FileStore::bucket(bucket, &config.dir.join(OBJECT_CACHE_DIR), staging)?;
+                tracing::info!(location = %store.describe(), "Parquet files are kept in a bucket");
+                store
+            }
+        };
         let (catalog, files, catalog_report) = Catalog::open(
             &catalog_dir(&config.dir),
-            &local,
+            &file_store,
             &quarantine_dir(&config.dir),
             &files,
         )
@@ -247,13 +261,13 @@ impl Storage {
         };
         Ok(Storage {
             config,
-            store,
-            local,
+            files: file_store,
             catalog,
             tables: RwLock::new(tables),
             memory_bytes: AtomicUsize::new(0),
             frozen_wakeup: tokio::sync::Notify::new(),
             persist_backoff: parking_lot::Mutex::new(BTreeMap::new()),
+            persist_failing: parking_lot::Mutex::new(None),
             policies: RwLock::new(Policies::default()),
             compaction_wakeup: tokio::sync::Notify::new(),
             condemned: parking_lot::Mutex::new(Vec::new()),
@@ -302,6 +316,11 @@ impl Storage {
     /// The settings storage runs with.
     pub fn config(&self) -> &StorageConfig {
         &self.config
+    }
+
+    /// Where the Parquet files are.
+    pub fn file_store(&self) -> &FileStore {
+        &self.files
     }
 
     fn table(&self, key: &TableKey) -> Arc<Table> {

@@ -1,16 +1,12 @@
 //! Frozen segments to Parquet: the background writer's step, and files adopted from
 //! peers; both written durably before the catalog records them.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use object_store::path::Path as ObjectPath;
-
 use super::{Storage, TableKey};
 use crate::catalog::read_staged_footer;
-use crate::durable::{install_file_durably, replace_file_durably};
 use crate::error::{Error, Result};
 use crate::meta::FileMeta;
 use crate::parquet_encode::{encode_segment, SegmentSource};
@@ -20,6 +16,13 @@ use crate::table_state::Frozen;
 const PERSIST_BACKOFF_MS_MIN: u64 = 100;
 /// Longest wait between two attempts to write one table's segment.
 const PERSIST_BACKOFF_MS_MAX: u64 = 30_000;
+
+/// Segment writes failing with none succeeding in between.
+#[derive(Debug, Clone)]
+pub(crate) struct Failing {
+    since: Instant,
+    error: String,
+}
 
 /// A table waiting out failed segment writes.
 #[derive(Debug, Clone, Copy)]
@@ -92,6 +95,9 @@ impl Storage {
             }
             state.segment_written(segment.log_last, files.clone())
         };
+        if self.persist_failing.lock().take().is_some() {
+            tracing::info!(location = %self.files.describe(), "segments are being written again");
+        }
         {
             let mut backoff = self.persist_backoff.lock();
             if backoff.remove(&table.key).is_some() {
@@ -114,6 +120,14 @@ impl Storage {
     /// Puts a table whose segment could not be written into backoff (other tables go
     /// on) and says so.
     fn persist_failed(&self, key: &TableKey, now: Instant, e: Error) -> Error {
+        {
+            let mut failing = self.persist_failing.lock();
+            let since = failing.as_ref().map_or(now, |f| f.since);
+            *failing = Some(Failing {
+                since,
+                error: e.to_string(),
+            });
+        }
         let mut backoff = self.persist_backoff.lock();
         let entry = backoff.entry(key.clone()).or_insert(Backoff {
             failures: 0,
@@ -133,6 +147,23 @@ impl Storage {
         }
     }
 
+    /// Why segments cannot be written, when every write for at least `for_at_least` has
+    /// failed (none succeeded since the first failure): the store is unreachable or
+    /// full, and buffers fill while it is. Names where the files go and the last error.
+    pub fn flush_failing(&self, for_at_least: Duration) -> Option<String> {
+        let failing = self.persist_failing.lock();
+        let f = failing.as_ref()?;
+        let failed_for = f.since.elapsed();
+        (failed_for >= for_at_least).then(|| {
+            format!(
+                "writing Parquet files to {} has failed for {} s: {}",
+                self.files.describe(),
+                failed_for.as_secs(),
+                f.error
+            )
+        })
+    }
+
     /// How long until a table waiting out a failed write may be tried again, if any
     /// table with a frozen segment waits.
     pub fn next_persist_retry(&self) -> Option<Duration> {
@@ -144,17 +175,16 @@ impl Storage {
             .min()
     }
 
-    /// Encodes a segment and writes its files durably (each through a temporary file,
-    /// fsynced before it is renamed into place, then its directory fsynced), so a power
-    /// loss never leaves an empty or partial file under a final name.
+    /// Encodes a segment and writes its files durably (on local disk each through a
+    /// temporary file, fsynced before it is renamed into place, then its directory
+    /// fsynced; in a bucket as uploads visible only once complete), so a power loss never
+    /// leaves an empty or partial file under a final name.
     async fn write_segment(&self, key: &TableKey, segment: &Frozen) -> Result<Vec<FileMeta>> {
         let settings = self.config.parquet.clone();
         let (database, measurement) = (key.database.clone(), key.measurement.clone());
         let segment_owned = segment.clone();
-        let local = self.local.clone();
         let guard = self.background_io();
-        tokio::task::spawn_blocking(move || {
-            let _guard = guard;
+        let encoded = tokio::task::spawn_blocking(move || {
             let source = SegmentSource {
                 database: &database,
                 measurement: &measurement,
@@ -163,23 +193,17 @@ impl Storage {
                 log_first: segment_owned.log_first,
                 log_last: segment_owned.log_last,
             };
-            let encoded = encode_segment(&source, &settings)?;
-            let mut metas = Vec::with_capacity(encoded.len());
-            for file in encoded {
-                let target =
-                    local.path_to_filesystem(&ObjectPath::from(file.meta.path.as_str()))?;
-                replace_file_durably(&target, |w| {
-                    w.write_all(&file.bytes).map_err(|source| Error::Io {
-                        path: target.clone(),
-                        source,
-                    })
-                })?;
-                metas.push(file.meta);
-            }
-            Ok(metas)
+            encode_segment(&source, &settings)
         })
         .await
-        .map_err(|e| Error::Catalog(format!("segment writer task failed: {e}")))?
+        .map_err(|e| Error::Catalog(format!("segment encoder task failed: {e}")))??;
+        let mut metas = Vec::with_capacity(encoded.len());
+        for file in encoded {
+            self.files.write(&file.meta.path, file.bytes).await?;
+            metas.push(file.meta);
+        }
+        drop(guard);
+        Ok(metas)
     }
 
     /// Whether this node already holds the Parquet file `meta` describes.
@@ -241,13 +265,9 @@ impl Storage {
                 reason: format!("received {size} bytes, expected {}", meta.size_bytes),
             });
         }
-        let target = self
-            .local
-            .path_to_filesystem(&ObjectPath::from(meta.path.as_str()))?;
         let (staged_owned, expected) = (staged.to_path_buf(), meta.clone());
         let guard = self.background_io();
         tokio::task::spawn_blocking(move || {
-            let _guard = guard;
             // Checked before the move, so a wrong file never sits under a final name.
             let found = read_staged_footer(&staged_owned, &expected.path)?;
             if found != expected {
@@ -256,10 +276,12 @@ impl Storage {
                     reason: format!("footer describes {found:?}, expected {expected:?}"),
                 });
             }
-            install_file_durably(&staged_owned, &target)
+            Ok(())
         })
         .await
-        .map_err(|e| Error::Catalog(format!("file adoption task failed: {e}")))??;
+        .map_err(|e| Error::Catalog(format!("file check task failed: {e}")))??;
+        self.files.install(staged, &meta.path).await?;
+        drop(guard);
         self.catalog.insert(std::slice::from_ref(meta))?;
         let table = self.table(&TableKey::new(
             meta.database.as_str(),

@@ -38,7 +38,7 @@ impl TableSource for Storage {
     }
 
     fn object_store(&self) -> Arc<dyn ObjectStore> {
-        self.store.clone()
+        self.files.reader()
     }
 }
 

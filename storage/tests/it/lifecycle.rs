@@ -84,10 +84,10 @@ async fn merge_one_hour_of_a_two_hour_segment(s: &Storage) {
     assert!(s.compact_next().await.unwrap());
     // The grace period is 0, but a file leaves the disk only once a durable snapshot
     // no longer lists it.
-    assert_eq!(s.delete_condemned(), 0);
+    assert_eq!(s.delete_condemned().await, 0);
     let image = s.memory_image();
     s.snapshot_durable(image.generation);
-    assert_eq!(s.delete_condemned(), 2);
+    assert_eq!(s.delete_condemned().await, 2);
     assert_eq!(rows_in_files(s), 4);
 }
 

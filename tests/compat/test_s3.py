@@ -1,0 +1,337 @@
+"""Parquet files in an S3 bucket (`storage.object_store`), against a real S3 API server.
+
+The server is moto's (PyPI `moto[server]`), started by the test. Quiver reaches it
+through a small TCP relay the test owns, so "the store goes away" is the relay
+refusing connections while moto keeps its objects (moto holds them in memory; killing
+moto itself would lose the bucket, which no real outage does).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import boto3
+import pytest
+
+from conftest import TOKEN, Node, QueryError, binary_path, free_port
+
+DEADLINE_S = 60.0
+BUCKET = "quiver-test"
+PREFIX = "cluster-a"
+KEYS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+
+
+class Relay:
+    """Forwards loopback TCP connections to `target_port`; `stop()` closes the listener
+    and every open connection (the store is unreachable), `start()` brings it back on
+    the same port."""
+
+    def __init__(self, target_port: int):
+        self.target_port = target_port
+        self.port = free_port()
+        self._listener: socket.socket | None = None
+        self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def stop(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            c.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+
+def poll(what: str, check, deadline_s: float = DEADLINE_S):
+    """Calls `check` until it returns something truthy; fails naming `what` at the deadline."""
+    deadline = time.monotonic() + deadline_s
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+
+
+@pytest.fixture(scope="module")
+def moto():
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def up():
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/", timeout=1):
+                return True
+        except OSError:
+            return False
+
+    try:
+        poll("moto to start", up)
+        s3 = boto3.client(
+            "s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1", **KEYS
+        )
+        s3.create_bucket(Bucket=BUCKET)
+        yield port, s3
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def bucket_node(moto):
+    """A node keeping its Parquet files in the bucket, reached through a relay."""
+    moto_port, s3 = moto
+    relay = Relay(moto_port)
+    relay.start()
+    workdir = Path(tempfile.mkdtemp(prefix="quiver-s3-"))
+    prefix = f"{PREFIX}-{uuid.uuid4().hex[:6]}"
+    env = {
+        "QUIVER_STORAGE_OBJECT_STORE": f"s3://{BUCKET}/{prefix}",
+        "QUIVER_STORAGE_OBJECT_STORE_ENDPOINT": f"http://127.0.0.1:{relay.port}",
+        "QUIVER_STORAGE_OBJECT_STORE_REGION": "us-east-1",
+        "QUIVER_STORAGE_OBJECT_STORE_ACCESS_KEY_ID": KEYS["aws_access_key_id"],
+        "QUIVER_STORAGE_OBJECT_STORE_SECRET_ACCESS_KEY": KEYS["aws_secret_access_key"],
+        "QUIVER_STORAGE_OBJECT_STORE_ALLOW_HTTP": "true",
+        "QUIVER_STORAGE_OBJECT_STORE_TIMEOUT_MS": "2000",
+        "QUIVER_STORAGE_CACHE_BYTES_MAX": str(64 * 1024 * 1024),
+        "QUIVER_STORAGE_FLUSH_AGE_MS": "300",
+        "QUIVER_RAFT_FLUSH_CHECK_INTERVAL_MS": "100",
+    }
+    node = Node(binary_path(), workdir, extra_env=env, data_dir=workdir / "data")
+    node.start()
+    try:
+        yield node, relay, s3, f"{prefix}/node-1/"
+    finally:
+        node.stop()
+        relay.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def bucket_files(s3, prefix: str) -> dict[str, int]:
+    listed = s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix + "data/")
+    return {o["Key"]: o["Size"] for o in listed.get("Contents", [])}
+
+
+def lines(measurement: str, start: int, count: int) -> list[str]:
+    base = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z
+    return [
+        f"{measurement},host=h{i % 7} value={i}i,load={i / 4} {base + i * 1_000_000_000}"
+        for i in range(start, start + count)
+    ]
+
+
+def count_and_sum(node: Node, db: str, measurement: str) -> tuple[int, int]:
+    row = node.rows(db, f'SELECT count(*) AS n, sum(value) AS s FROM "{measurement}"')[0]
+    return row["n"], row["s"] or 0
+
+
+def storage_doc(node: Node, db: str) -> dict:
+    status, _, body = node.request(
+        "GET", f"/api/v1/storage?database={db}", headers={"Authorization": f"Bearer {TOKEN}"}
+    )
+    assert status == 200, body
+    return json.loads(body)
+
+
+def metric(node: Node, name: str) -> float:
+    """The value of an unlabelled metric in /metrics (0 when absent)."""
+    status, _, body = node.request("GET", "/metrics")
+    assert status == 200
+    for line in body.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def in_memory(node: Node, db: str) -> int:
+    doc = storage_doc(node, db)
+    return sum(m["rows_in_memory"] for d in doc["databases"] for m in d["measurements"])
+
+
+def test_files_go_to_the_bucket_and_survive_a_kill(bucket_node):
+    node, _relay, s3, prefix = bucket_node
+    db = f"s3_{uuid.uuid4().hex[:6]}"
+    node.write_lines(db, lines("cpu", 0, 5000))
+    poll("every row flushed", lambda: in_memory(node, db) == 0)
+    files = bucket_files(s3, prefix)
+    # 5,000 seconds of rows span two hours: a file each.
+    assert len(files) == 2, files
+    assert all(k.endswith(".parquet") and size > 0 for k, size in files.items()), files
+    assert storage_doc(node, db)["location"] == f"s3://{BUCKET}/{prefix.rstrip('/')}"
+    # Nothing Parquet on local disk: the bucket holds the files.
+    local = list((node.data_dir / "parquet").rglob("*.parquet"))
+    assert local == [], local
+    expected = (5000, sum(range(5000)))
+    assert count_and_sum(node, db, "cpu") == expected
+    # Once the files are in the local cache, the same answer comes from it.
+    poll("the files cached", lambda: metric(node, "quiver_object_cache_bytes") > 0)
+    hits = metric(node, "quiver_object_cache_hits_total")
+    assert count_and_sum(node, db, "cpu") == expected
+    assert metric(node, "quiver_object_cache_hits_total") > hits
+    node.kill()
+    node.start()
+    assert count_and_sum(node, db, "cpu") == expected
+    assert bucket_files(s3, prefix) == files
+
+
+def test_an_unreachable_bucket_loses_nothing_and_pushes_back(bucket_node):
+    node, relay, s3, prefix = bucket_node
+    db = f"s3_{uuid.uuid4().hex[:6]}"
+    node.write_lines(db, lines("mem", 0, 1000))
+    poll("the first rows flushed", lambda: in_memory(node, db) == 0)
+    other = f"s3_{uuid.uuid4().hex[:6]}"
+    node.write_lines(other, lines("mem", 0, 1000))
+    poll("the other database's rows flushed", lambda: in_memory(node, other) == 0)
+    before = bucket_files(s3, prefix)
+    # Read once, so the first file is in the local cache.
+    assert count_and_sum(node, db, "mem") == (1000, sum(range(1000)))
+    poll("the first file cached", lambda: metric(node, "quiver_object_cache_bytes") > 0)
+    relay.stop()
+    # A file that is neither in the bucket's reach nor cached: 503, retry later.
+    try:
+        count_and_sum(node, other, "mem")
+        raise AssertionError("a query of an unreachable, uncached file answered")
+    except QueryError as e:
+        assert e.status == 503 and "retry later" in e.body, e
+    # Acknowledged while the bucket is away: the rows are in the WAL and in memory; the
+    # older rows are read from the cache.
+    node.write_lines(db, lines("mem", 1000, 2000))
+    assert count_and_sum(node, db, "mem") == (3000, sum(range(3000)))
+
+    poll(
+        "a failed flush to the unreachable bucket",
+        lambda: metric(node, "quiver_flush_failures_total") > 0,
+    )
+    assert in_memory(node, db) == 2000
+    assert bucket_files(s3, prefix) == before
+    # A crash while the bucket is away: the rows come back from the log, and reach
+    # the bucket once it is back.
+    node.kill()
+    relay.start()
+    node.start()
+    assert count_and_sum(node, db, "mem") == (3000, sum(range(3000)))
+    poll("the waiting rows flushed once the bucket is back", lambda: in_memory(node, db) == 0)
+    assert len(bucket_files(s3, prefix)) > len(before)
+    assert count_and_sum(node, db, "mem") == (3000, sum(range(3000)))
+
+
+def test_full_buffers_refuse_writes_naming_the_bucket(moto):
+    """With the bucket away and buffers at their budget, writes get 503 with the reason;
+    what was acknowledged before is all there once the bucket is back."""
+    moto_port, s3 = moto
+    relay = Relay(moto_port)
+    relay.start()
+    workdir = Path(tempfile.mkdtemp(prefix="quiver-s3-"))
+    prefix = f"{PREFIX}-{uuid.uuid4().hex[:6]}"
+    env = {
+        "QUIVER_STORAGE_OBJECT_STORE": f"s3://{BUCKET}/{prefix}",
+        "QUIVER_STORAGE_OBJECT_STORE_ENDPOINT": f"http://127.0.0.1:{relay.port}",
+        "QUIVER_STORAGE_OBJECT_STORE_ALLOW_HTTP": "true",
+        "QUIVER_STORAGE_OBJECT_STORE_TIMEOUT_MS": "1000",
+        "AWS_ACCESS_KEY_ID": KEYS["aws_access_key_id"],
+        "AWS_SECRET_ACCESS_KEY": KEYS["aws_secret_access_key"],
+        "AWS_REGION": "us-east-1",
+        "QUIVER_STORAGE_MEMORY_BYTES_MAX": str(2 * 1024 * 1024),
+        "QUIVER_STORAGE_FLUSH_AGE_MS": "300",
+        "QUIVER_RAFT_FLUSH_CHECK_INTERVAL_MS": "100",
+    }
+    node = Node(binary_path(), workdir, extra_env=env, data_dir=workdir / "data")
+    node.start()
+    try:
+        db = f"s3_{uuid.uuid4().hex[:6]}"
+        relay.stop()
+        acked = 0
+        refusal = None
+        deadline = time.monotonic() + DEADLINE_S
+        # Writes are acknowledged until buffers reach their budget; then refused, first
+        # while the first flush is still being tried, then naming the failing bucket.
+        while time.monotonic() < deadline:
+            status, _, body = node.request(
+                "POST",
+                f"/api/v2/write?bucket={db}&precision=ns",
+                "\n".join(lines("disk", acked, 2000)).encode(),
+                {"Authorization": f"Token {TOKEN}"},
+            )
+            if status == 204:
+                acked += 2000
+            elif status == 503:
+                refusal = body.decode()
+                if f"s3://{BUCKET}/{prefix}" in refusal:
+                    break
+                time.sleep(0.2)
+            else:
+                raise AssertionError(f"unexpected {status}: {body!r}")
+        assert refusal is not None, "writes were never refused while the bucket was away"
+        assert "buffers are full" in refusal and f"s3://{BUCKET}/{prefix}" in refusal, refusal
+        assert acked > 0
+        relay.start()
+        poll("the buffered rows flushed", lambda: in_memory(node, db) == 0)
+        assert count_and_sum(node, db, "disk") == (acked, sum(range(acked)))
+        node.kill()
+        node.start()
+        assert count_and_sum(node, db, "disk") == (acked, sum(range(acked)))
+    finally:
+        node.stop()
+        relay.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
