@@ -8,6 +8,7 @@ moto itself would lose the bucket, which no real outage does).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import socket
@@ -138,9 +139,11 @@ def moto():
         proc.wait(timeout=10)
 
 
-@pytest.fixture
-def bucket_node(moto):
-    """A node keeping its Parquet files in the bucket, reached through a relay."""
+@contextlib.contextmanager
+def node_on_bucket(moto, settings: dict[str, str]):
+    """A node keeping its Parquet files in the bucket under a fresh prefix, reached
+    through a relay; `settings` adds credentials and limits. Yields (node, relay, s3
+    client, the node's prefix)."""
     moto_port, s3 = moto
     relay = Relay(moto_port)
     relay.start()
@@ -149,14 +152,10 @@ def bucket_node(moto):
     env = {
         "QUIVER_STORAGE_OBJECT_STORE": f"s3://{BUCKET}/{prefix}",
         "QUIVER_STORAGE_OBJECT_STORE_ENDPOINT": f"http://127.0.0.1:{relay.port}",
-        "QUIVER_STORAGE_OBJECT_STORE_REGION": "us-east-1",
-        "QUIVER_STORAGE_OBJECT_STORE_ACCESS_KEY_ID": KEYS["aws_access_key_id"],
-        "QUIVER_STORAGE_OBJECT_STORE_SECRET_ACCESS_KEY": KEYS["aws_secret_access_key"],
         "QUIVER_STORAGE_OBJECT_STORE_ALLOW_HTTP": "true",
-        "QUIVER_STORAGE_OBJECT_STORE_TIMEOUT_MS": "2000",
-        "QUIVER_STORAGE_CACHE_BYTES_MAX": str(64 * 1024 * 1024),
         "QUIVER_STORAGE_FLUSH_AGE_MS": "300",
         "QUIVER_RAFT_FLUSH_CHECK_INTERVAL_MS": "100",
+        **settings,
     }
     node = Node(binary_path(), workdir, extra_env=env, data_dir=workdir / "data")
     node.start()
@@ -166,6 +165,22 @@ def bucket_node(moto):
         node.stop()
         relay.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def bucket_node(moto):
+    """Credentials as settings, and a cache for whole files."""
+    with node_on_bucket(
+        moto,
+        {
+            "QUIVER_STORAGE_OBJECT_STORE_REGION": "us-east-1",
+            "QUIVER_STORAGE_OBJECT_STORE_ACCESS_KEY_ID": KEYS["aws_access_key_id"],
+            "QUIVER_STORAGE_OBJECT_STORE_SECRET_ACCESS_KEY": KEYS["aws_secret_access_key"],
+            "QUIVER_STORAGE_OBJECT_STORE_TIMEOUT_MS": "2000",
+            "QUIVER_STORAGE_CACHE_BYTES_MAX": str(64 * 1024 * 1024),
+        },
+    ) as found:
+        yield found
 
 
 def bucket_files(s3, prefix: str) -> dict[str, int]:
@@ -279,26 +294,16 @@ def test_an_unreachable_bucket_loses_nothing_and_pushes_back(bucket_node):
 def test_full_buffers_refuse_writes_naming_the_bucket(moto):
     """With the bucket away and buffers at their budget, writes get 503 with the reason;
     what was acknowledged before is all there once the bucket is back."""
-    moto_port, s3 = moto
-    relay = Relay(moto_port)
-    relay.start()
-    workdir = Path(tempfile.mkdtemp(prefix="quiver-s3-"))
-    prefix = f"{PREFIX}-{uuid.uuid4().hex[:6]}"
-    env = {
-        "QUIVER_STORAGE_OBJECT_STORE": f"s3://{BUCKET}/{prefix}",
-        "QUIVER_STORAGE_OBJECT_STORE_ENDPOINT": f"http://127.0.0.1:{relay.port}",
-        "QUIVER_STORAGE_OBJECT_STORE_ALLOW_HTTP": "true",
+    # Credentials from the usual AWS variables this time.
+    settings = {
         "QUIVER_STORAGE_OBJECT_STORE_TIMEOUT_MS": "1000",
         "AWS_ACCESS_KEY_ID": KEYS["aws_access_key_id"],
         "AWS_SECRET_ACCESS_KEY": KEYS["aws_secret_access_key"],
         "AWS_REGION": "us-east-1",
         "QUIVER_STORAGE_MEMORY_BYTES_MAX": str(2 * 1024 * 1024),
-        "QUIVER_STORAGE_FLUSH_AGE_MS": "300",
-        "QUIVER_RAFT_FLUSH_CHECK_INTERVAL_MS": "100",
     }
-    node = Node(binary_path(), workdir, extra_env=env, data_dir=workdir / "data")
-    node.start()
-    try:
+    with node_on_bucket(moto, settings) as (node, relay, _s3, node_prefix):
+        prefix = node_prefix.removesuffix("/node-1/")
         db = f"s3_{uuid.uuid4().hex[:6]}"
         relay.stop()
         acked = 0
@@ -331,7 +336,3 @@ def test_full_buffers_refuse_writes_naming_the_bucket(moto):
         node.kill()
         node.start()
         assert count_and_sum(node, db, "disk") == (acked, sum(range(acked)))
-    finally:
-        node.stop()
-        relay.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
