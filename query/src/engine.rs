@@ -127,10 +127,9 @@ impl QueryEngine {
         // TABLE` or `COPY` even if a statement slipped past the sandbox.
         *builder.table_factories() = Some(HashMap::new());
         *builder.file_formats() = Some(Vec::new());
-        builder
-            .scalar_functions()
-            .get_or_insert_with(Vec::new)
-            .push(udf::time_bucket());
+        let functions = builder.scalar_functions().get_or_insert_with(Vec::new);
+        functions.push(udf::time_bucket());
+        functions.extend(crate::pg_functions::functions());
         Ok(QueryEngine {
             inner: Arc::new(Shared {
                 source,

@@ -21,11 +21,7 @@ use quiver_query::{QueryAccess, QueryEngine};
 
 use super::encode::pg_type;
 
-/// The Postgres version the door reports (`server_version`, `SHOW`): the protocol and
-/// catalog shapes it follows.
-pub const SERVER_VERSION: &str = "16.6";
-/// `server_version_num` of [`SERVER_VERSION`].
-pub const SERVER_VERSION_NUM: &str = "160006";
+pub use quiver_query::SERVER_VERSION;
 
 /// A statement the door answers itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,22 +123,10 @@ pub fn classify(sql: &str) -> Result<Option<Local>, String> {
     )
 }
 
-/// The value `SHOW name` answers, for the settings clients ask about.
+/// The value `SHOW name` answers, for the settings clients ask about (the same table
+/// `current_setting()` reads).
 pub fn setting(name: &str) -> Option<&'static str> {
-    Some(match name {
-        "server_version" => SERVER_VERSION,
-        "server_version_num" => SERVER_VERSION_NUM,
-        "server_encoding" | "client_encoding" => "UTF8",
-        "standard_conforming_strings" | "integer_datetimes" => "on",
-        "datestyle" => "ISO, YMD",
-        "intervalstyle" => "postgres",
-        "timezone" => "UTC",
-        "transaction_isolation" | "transaction isolation level" => "read committed",
-        "transaction_read_only" | "default_transaction_read_only" => "on",
-        "max_identifier_length" => "63",
-        "is_superuser" => "off",
-        _ => return None,
-    })
+    quiver_query::pg_setting(name)
 }
 
 /// The regex of psql's `c.relname OPERATOR(pg_catalog.~) '^(cpu)$'`.

@@ -175,6 +175,36 @@ def test_psycopg_session_statements_and_errors(node, pg_db):
     assert "password authentication failed" in str(refused.value)
 
 
+def test_grafana_version_and_builder_introspection(node, pg_db):
+    """What Grafana's Postgres data source sends before a dashboard query: the version
+    check of its config editor, and its query builder's table and column lists."""
+    with psycopg.connect(conninfo(node, pg_db), autocommit=True) as conn:
+        version = conn.execute(
+            "SELECT current_setting('server_version_num')::int/100 AS version"
+        ).fetchone()[0]
+        assert version == 1600
+        tables = conn.execute(
+            "SELECT quote_ident(table_name) AS \"table\" FROM information_schema.tables "
+            "WHERE quote_ident(table_schema) NOT IN ('information_schema', 'pg_catalog', "
+            "'_timescaledb_cache', '_timescaledb_catalog', '_timescaledb_internal') "
+            "AND table_type = 'BASE TABLE' AND table_schema = %s ORDER BY 1",
+            (pg_db,),
+        ).fetchall()
+        assert tables == [("cpu",), ("mem",)]
+        columns = dict(
+            conn.execute(
+                "SELECT quote_ident(column_name) AS \"column\", data_type AS \"type\" "
+                "FROM information_schema.columns WHERE quote_ident(table_schema) = %s "
+                "AND quote_ident(table_name) = 'cpu'",
+                (pg_db,),
+            ).fetchall()
+        )
+        assert "time" in columns and "host" in columns, columns
+        with pytest.raises(psycopg.errors.SyntaxErrorOrAccessRuleViolation) as unknown:
+            conn.execute("SELECT current_setting('shared_buffers')")
+        assert "unrecognized configuration parameter" in str(unknown.value)
+
+
 def test_psycopg_cancel_stops_a_query_while_it_runs(node, pg_db):
     slow = "SELECT count(*) FROM generate_series(1, 30000000000) a WHERE a.value % 7 = 3"
     with psycopg.connect(conninfo(node, pg_db), autocommit=True) as conn:
