@@ -13,7 +13,6 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
-use futures::StreamExt;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
 use object_store::{
@@ -21,7 +20,6 @@ use object_store::{
     ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, PutResult,
 };
 use parking_lot::Mutex;
-use tokio::io::AsyncWriteExt;
 
 use crate::error::{Error, Result};
 
@@ -124,8 +122,7 @@ struct Fill {
 
 impl Fill {
     async fn run(&self, location: &ObjectPath) -> Result<()> {
-        let got = self.inner.get(location).await?;
-        let size = got.meta.size;
+        let size = self.inner.head(location).await?.size;
         if size > self.bytes_max / 4 {
             return Ok(());
         }
@@ -137,31 +134,7 @@ impl Fill {
             let path = path.to_path_buf();
             move |source| Error::Io { path, source }
         };
-        let mut file = tokio::fs::File::create(&staged)
-            .await
-            .map_err(io(&staged))?;
-        let mut stream = got.into_stream();
-        let mut written = 0u64;
-        while let Some(chunk) = stream.next().await {
-            let chunk = match chunk {
-                Ok(c) => c,
-                Err(e) => {
-                    let _ = tokio::fs::remove_file(&staged).await;
-                    return Err(e.into());
-                }
-            };
-            written += chunk.len() as u64;
-            file.write_all(&chunk).await.map_err(io(&staged))?;
-        }
-        file.flush().await.map_err(io(&staged))?;
-        drop(file);
-        if written != size {
-            let _ = tokio::fs::remove_file(&staged).await;
-            return Err(Error::Corrupt {
-                path: location.to_string(),
-                reason: format!("fetched {written} bytes of {size}"),
-            });
-        }
+        super::transfer::download(self.inner.as_ref(), location, &staged, size).await?;
         let evicted = self.make_room(size);
         for path in evicted {
             if let Ok(on_disk) = self.local.path_to_filesystem(&path) {
