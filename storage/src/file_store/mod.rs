@@ -101,11 +101,6 @@ impl FileStore {
         })
     }
 
-    /// Whether files live in a bucket rather than on local disk.
-    pub fn is_remote(&self) -> bool {
-        matches!(self.place, Place::Bucket { .. })
-    }
-
     /// Where the files are, for logs and error messages (`s3://bucket/prefix/node-1`, or
     /// the local directory).
     pub fn describe(&self) -> String {
@@ -244,15 +239,11 @@ impl FileStore {
         path: &str,
         reason: &str,
     ) -> Result<String> {
-        match &self.place {
+        let moved_to = match &self.place {
             Place::Local(local) => {
                 let local = local.clone();
                 let (dir, path_owned) = (quarantine_dir.to_path_buf(), path.to_string());
-                let moved_to =
-                    blocking(move || local_quarantine(&local, &dir, &path_owned)).await?;
-                tracing::error!(path, reason, moved_to = %moved_to,
-                    "quarantined an unreadable Parquet file; its rows are still in the log or on other replicas");
-                Ok(moved_to)
+                blocking(move || local_quarantine(&local, &dir, &path_owned)).await?
             }
             Place::Bucket { store, url } => {
                 let from = ObjectPath::from(path);
@@ -263,12 +254,12 @@ impl FileStore {
                 let to = ObjectPath::from(format!("{BUCKET_QUARANTINE_PREFIX}/{path}.{stamp}"));
                 store.copy(&from, &to).await?;
                 store.delete(&from).await?;
-                let moved_to = format!("{url}/{to}");
-                tracing::error!(path, reason, moved_to = %moved_to,
-                    "quarantined an unreadable Parquet file; its rows are still in the log or on other replicas");
-                Ok(moved_to)
+                format!("{url}/{to}")
             }
-        }
+        };
+        tracing::error!(path, reason, moved_to = %moved_to,
+            "quarantined an unreadable Parquet file; its rows are still in the log or on other replicas");
+        Ok(moved_to)
     }
 }
 
