@@ -24,12 +24,13 @@ pub async fn serve(config: Config) -> Result<()> {
     let addr = config.http_addr()?;
     // TLS material is read before anything is opened, so a bad file fails the start
     // at once with the file named.
-    let tls = match config.tls_files()? {
-        Some((cert, key)) => Some(tokio_rustls::TlsAcceptor::from(crate::tls::server_config(
-            cert, key,
-        )?)),
+    let doors_tls = match config.tls_files()? {
+        Some((cert, key)) => Some(crate::tls::DoorsTls::load(cert, key)?),
         None => None,
     };
+    let tls = doors_tls
+        .as_ref()
+        .map(|t| tokio_rustls::TlsAcceptor::from(Arc::clone(&t.http)));
     let peer_tls = PeerTls {
         https: tls.is_some(),
         roots: match &config.cluster.tls_ca {
@@ -202,11 +203,13 @@ pub async fn serve(config: Config) -> Result<()> {
             let pg_listener = tokio::net::TcpListener::bind(pg_addr)
                 .await
                 .with_context(|| format!("pg.addr {pg_addr}: cannot listen"))?;
-            tracing::info!(%pg_addr, "postgres wire protocol listening");
+            let pg_tls = doors_tls.as_ref().map(|t| Arc::clone(&t.pg));
+            tracing::info!(%pg_addr, tls = pg_tls.is_some(), "postgres wire protocol listening");
             Some(tokio::spawn(crate::pg::serve(
                 pg_listener,
                 state.clone(),
                 config.pg.connections_max,
+                pg_tls,
             )))
         }
         None => None,
@@ -216,10 +219,12 @@ pub async fn serve(config: Config) -> Result<()> {
             let flight_listener = tokio::net::TcpListener::bind(flight_addr)
                 .await
                 .with_context(|| format!("flight.addr {flight_addr}: cannot listen"))?;
-            tracing::info!(%flight_addr, "arrow flight sql listening");
+            let flight_tls = doors_tls.as_ref().map(|t| Arc::clone(&t.flight));
+            tracing::info!(%flight_addr, tls = flight_tls.is_some(), "arrow flight sql listening");
             Some(tokio::spawn(crate::flight::serve(
                 flight_listener,
                 state.clone(),
+                flight_tls,
             )))
         }
         None => None,

@@ -77,9 +77,39 @@ pub fn install_default_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-/// The listener's TLS configuration from its certificate chain and private key (PEM;
-/// HTTP/1.1 offered through ALPN).
-pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsError> {
+/// The TLS configurations of a node's listeners, all from the one certificate chain
+/// and key of `http.tls_cert`/`http.tls_key`: a node has one identity, whichever door
+/// a client uses. Each door offers its own protocol through ALPN.
+#[derive(Clone)]
+pub struct DoorsTls {
+    /// The HTTP listener (HTTP/1.1).
+    pub http: Arc<ServerConfig>,
+    /// The Postgres door (`postgresql`, which PostgreSQL 17's direct TLS requires).
+    pub pg: Arc<ServerConfig>,
+    /// The Flight SQL door (HTTP/2, as gRPC requires).
+    pub flight: Arc<ServerConfig>,
+}
+
+impl DoorsTls {
+    /// Reads the certificate chain and key; any error names the file.
+    pub fn load(cert: &Path, key: &Path) -> Result<DoorsTls, TlsError> {
+        let http = server_config(cert, key, b"http/1.1")?;
+        let offering = |alpn: &[u8]| {
+            let mut config = ServerConfig::clone(&http);
+            config.alpn_protocols = vec![alpn.to_vec()];
+            Arc::new(config)
+        };
+        Ok(DoorsTls {
+            pg: offering(b"postgresql"),
+            flight: offering(b"h2"),
+            http,
+        })
+    }
+}
+
+/// A listener's TLS configuration from its certificate chain and private key (PEM),
+/// offering `alpn` as its one application protocol.
+pub fn server_config(cert: &Path, key: &Path, alpn: &[u8]) -> Result<Arc<ServerConfig>, TlsError> {
     let chain = certificates("http.tls_cert", cert)?;
     let key_bytes = read_pem("http.tls_key", key)?;
     let private_key = PrivateKeyDer::from_pem_slice(&key_bytes).map_err(|e| TlsError::Invalid {
@@ -98,7 +128,7 @@ pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsEr
         .with_no_client_auth()
         .with_single_cert(chain, private_key)
         .map_err(|e| rejected(e.to_string()))?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = vec![alpn.to_vec()];
     Ok(Arc::new(config))
 }
 
@@ -209,9 +239,21 @@ mod tests {
     fn a_matching_certificate_and_key_load() {
         let dir = tempfile::tempdir().unwrap();
         let (cert, key) = self_signed(dir.path());
-        let config = server_config(&cert, &key).unwrap();
+        let config = server_config(&cert, &key, b"http/1.1").unwrap();
         assert_eq!(config.alpn_protocols, vec![b"http/1.1".to_vec()]);
         assert_eq!(certificates("cluster.tls_ca", &cert).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn every_door_offers_its_own_protocol_on_the_one_certificate() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = self_signed(dir.path());
+        let doors = DoorsTls::load(&cert, &key).unwrap();
+        assert_eq!(doors.http.alpn_protocols, vec![b"http/1.1".to_vec()]);
+        // libpq 17's direct TLS refuses a server that does not select `postgresql`.
+        assert_eq!(doors.pg.alpn_protocols, vec![b"postgresql".to_vec()]);
+        // gRPC clients refuse a TLS connection that did not select `h2`.
+        assert_eq!(doors.flight.alpn_protocols, vec![b"h2".to_vec()]);
     }
 
     #[test]
@@ -219,19 +261,25 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (cert, key) = self_signed(dir.path());
         let missing = dir.path().join("missing.pem");
-        let err = server_config(&missing, &key).unwrap_err().to_string();
+        let err = server_config(&missing, &key, b"http/1.1")
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("http.tls_cert") && err.contains("missing.pem"),
             "{err}"
         );
         // A key file given as the certificate: no CERTIFICATE block.
-        let err = server_config(&key, &key).unwrap_err().to_string();
+        let err = server_config(&key, &key, b"http/1.1")
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("http.tls_cert") && err.contains("key.pem"),
             "{err}"
         );
         // A certificate given as the key: no private key.
-        let err = server_config(&cert, &cert).unwrap_err().to_string();
+        let err = server_config(&cert, &cert, b"http/1.1")
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("http.tls_key") && err.contains("cert.pem"),
             "{err}"
@@ -239,7 +287,9 @@ mod tests {
         // A key that does not match the certificate.
         let other = tempfile::tempdir().unwrap();
         let (_, other_key) = self_signed(other.path());
-        let err = server_config(&cert, &other_key).unwrap_err().to_string();
+        let err = server_config(&cert, &other_key, b"http/1.1")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("http.tls_key"), "{err}");
         let garbage = dir.path().join("garbage.pem");
         std::fs::write(&garbage, "not pem at all").unwrap();

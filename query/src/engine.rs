@@ -130,6 +130,7 @@ impl QueryEngine {
         let functions = builder.scalar_functions().get_or_insert_with(Vec::new);
         functions.push(udf::time_bucket());
         functions.extend(crate::pg_functions::functions());
+        functions.push(crate::pg_parse_ident::function());
         Ok(QueryEngine {
             inner: Arc::new(Shared {
                 source,

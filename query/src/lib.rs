@@ -25,6 +25,7 @@ mod error;
 mod join_guard;
 mod memory;
 mod pg_functions;
+mod pg_parse_ident;
 mod produce;
 mod provider;
 mod prune;

@@ -1,6 +1,8 @@
-//! Two Postgres functions tools send before any query of theirs: `current_setting(name)`
-//! (Grafana's Postgres data source reads `server_version_num` to pick its SQL dialect)
-//! and `quote_ident(text)` (its query builder lists tables and columns through it).
+//! Postgres functions tools send before any query of theirs: `current_setting(name)`
+//! (Grafana's Postgres data source reads `server_version_num` to pick its SQL dialect),
+//! `quote_ident(text)` (its query builder lists tables and columns through it) and
+//! `version()` (drivers and BI tools read the server kind from its first word, so it
+//! starts `PostgreSQL 16.6`, then says what answers: Quiver on DataFusion).
 //!
 //! The settings are the ones the Postgres door reports at startup and answers `SHOW`
 //! with ([`setting`]), so every way of asking gives the same answer.
@@ -49,7 +51,45 @@ pub(crate) fn functions() -> Vec<Arc<ScalarUDF>> {
         Arc::new(ScalarUDF::new_from_impl(TextFunction::new(
             Text::QuoteIdent,
         ))),
+        Arc::new(ScalarUDF::new_from_impl(Version {
+            signature: Signature::nullary(Volatility::Immutable),
+        })),
     ]
+}
+
+/// What `version()` answers.
+fn version() -> String {
+    format!(
+        "PostgreSQL {SERVER_VERSION} (Quiver {}, Apache DataFusion {}) on {}-{}",
+        env!("CARGO_PKG_VERSION"),
+        datafusion::DATAFUSION_VERSION,
+        std::env::consts::ARCH,
+        std::env::consts::OS,
+    )
+}
+
+/// `version()`, in Postgres's form; replaces DataFusion's own.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Version {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for Version {
+    fn name(&self) -> &str {
+        "version"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(version()))))
+    }
 }
 
 /// `current_setting('name')`: an unknown name is an error, as in Postgres.

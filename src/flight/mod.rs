@@ -16,8 +16,10 @@
 //!   InfluxDB 3's JSON tickets; [`door`] routes the latter before Flight SQL decodes.
 //! - [`status`]: engine and auth errors as gRPC statuses.
 //!
-//! It is not a way to write (every statement is read-only, as over HTTP) and speaks
-//! plain HTTP/2 (h2c) only: keep it on a trusted network or behind a TLS proxy.
+//! - [`tls`]: with `http.tls_cert` set, the door speaks gRPC over TLS only, on the
+//!   node's certificate; without it, plain HTTP/2 (h2c).
+//!
+//! It is not a way to write: every statement is read-only, as over HTTP.
 
 mod caller;
 mod door;
@@ -26,6 +28,7 @@ mod prepared;
 mod service;
 mod status;
 mod ticket;
+mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,8 +49,9 @@ const REQUEST_BYTES_MAX: usize = 4 << 20;
 /// Idle connections are probed this often so that dead peers free their slot.
 const KEEPALIVE_INTERVAL_MS: u64 = 30_000;
 
-/// Serves Flight SQL on `listener` until the task is dropped.
-pub async fn serve(listener: TcpListener, app: AppState) {
+/// Serves Flight SQL on `listener` (over TLS when `tls` is given) until the task is
+/// dropped.
+pub async fn serve(listener: TcpListener, app: AppState, tls: Option<Arc<rustls::ServerConfig>>) {
     let service = match service::Service::new(app) {
         Ok(service) => Arc::new(service),
         Err(e) => {
@@ -57,13 +61,21 @@ pub async fn serve(listener: TcpListener, app: AppState) {
     };
     let door = FlightServiceServer::new(door::Door::new(service))
         .max_decoding_message_size(REQUEST_BYTES_MAX);
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    let result = tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
         .max_concurrent_streams(STREAMS_PER_CONNECTION_MAX)
         .http2_keepalive_interval(Some(Duration::from_millis(KEEPALIVE_INTERVAL_MS)))
-        .add_service(door)
-        .serve_with_incoming(incoming)
-        .await;
+        .add_service(door);
+    let result = match tls {
+        Some(config) => {
+            router
+                .serve_with_incoming(tls::incoming(listener, config))
+                .await
+        }
+        None => {
+            let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+            router.serve_with_incoming(incoming).await
+        }
+    };
     if let Err(e) = result {
         tracing::error!(error = %e, "flight.addr: the Flight SQL server stopped");
     }

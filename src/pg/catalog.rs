@@ -46,6 +46,8 @@ pub enum Local {
     TableColumns(u32, bool),
     /// A footer query of `\d` (policies, statistics, ...): nothing to show.
     Nothing,
+    /// `pg_extension` (Grafana asks for TimescaleDB's version): no extensions.
+    Extensions,
 }
 
 /// Whitespace collapsed, for matching the SQL clients send.
@@ -75,6 +77,11 @@ pub fn classify(sql: &str) -> Result<Option<Local>, String> {
             return Ok(None);
         }
         _ => {}
+    }
+    if lower.starts_with("select extversion from pg_extension")
+        || lower.starts_with("select extversion from pg_catalog.pg_extension")
+    {
+        return Ok(Some(Local::Extensions));
     }
     if !lower.contains("pg_catalog.") {
         return Ok(None);
@@ -256,6 +263,7 @@ impl Local {
                 columns
             }
             Local::Nothing => vec![],
+            Local::Extensions => vec!["extversion"],
         })
     }
 
@@ -263,7 +271,11 @@ impl Local {
     pub async fn rows(&self, cx: &Context<'_>) -> Result<Vec<Row>, quiver_query::Error> {
         let text = |s: &str| Some(s.to_string());
         Ok(match self {
-            Local::Begin | Local::End(_) | Local::Command(_) | Local::Nothing => vec![],
+            Local::Begin
+            | Local::End(_)
+            | Local::Command(_)
+            | Local::Nothing
+            | Local::Extensions => vec![],
             Local::Show(_, value) => vec![vec![text(value)]],
             Local::ListDatabases => databases(cx)
                 .await?

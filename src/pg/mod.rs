@@ -3,13 +3,16 @@
 //! query Quiver as they would a Postgres server.
 //!
 //! - [`startup`]: the database named at startup is the Quiver database; the password is
-//!   a token (cleartext; `--auth none` skips it). `SSLRequest` is answered `N`: the door
-//!   speaks plain TCP only, so keep it on a trusted network or behind a TLS proxy.
+//!   a token (cleartext; `--auth none` skips it). With `http.tls_cert` set, the door
+//!   answers `SSLRequest` with TLS on the node's certificate (PostgreSQL 17's direct TLS
+//!   too) and refuses a connection that did not ask for it, so a token never crosses
+//!   the network in the clear; without it, `SSLRequest` is answered `N`.
 //! - [`session`]: simple and extended query protocols over the one engine (same
 //!   sandbox, timeout, memory limits and admission as `/api/v1/query`).
 //! - [`cancel`]: cancel requests stop the running query, also while its rows stream.
 //! - [`encode`] and [`params`]: Arrow values to and from Postgres's text and binary
 //!   formats.
+//! - [`search_path`]: Grafana's expansion of `search_path` becomes the database.
 //! - [`catalog`]: what the door answers itself (`BEGIN`, `SET`, `SHOW`, psql's `\l`,
 //!   `\dt`, `\d`).
 //!
@@ -19,6 +22,7 @@ mod cancel;
 mod catalog;
 mod encode;
 mod params;
+mod search_path;
 mod session;
 mod startup;
 
@@ -56,12 +60,23 @@ impl PgWireServerHandlers for Handlers {
 }
 
 /// Accepts Postgres connections on `listener` until the task is dropped; at most
-/// `connections_max` at once (more are closed at once, and counted).
-pub async fn serve(listener: TcpListener, app: AppState, connections_max: usize) {
+/// `connections_max` at once (more are closed at once, and counted). With `tls`, every
+/// connection must negotiate TLS.
+pub async fn serve(
+    listener: TcpListener,
+    app: AppState,
+    connections_max: usize,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) {
     let cancels = Arc::new(cancel::Registry::default());
+    let tls = tls.map(pgwire::tokio::TlsAcceptor::from);
     let handlers = Arc::new(Handlers {
         session: Arc::new(session::Session::new(app.clone())),
-        startup: Arc::new(startup::Startup::new(app, Arc::clone(&cancels))),
+        startup: Arc::new(startup::Startup::new(
+            app,
+            Arc::clone(&cancels),
+            tls.is_some(),
+        )),
         cancel: Arc::new(cancel::Handler(cancels)),
     });
     let permits = Arc::new(Semaphore::new(connections_max));
@@ -82,8 +97,9 @@ pub async fn serve(listener: TcpListener, app: AppState, connections_max: usize)
         };
         let _ = socket.set_nodelay(true);
         let handlers = Arc::clone(&handlers);
+        let tls = tls.clone();
         tokio::spawn(async move {
-            if let Err(e) = pgwire::tokio::process_socket(socket, None, handlers).await {
+            if let Err(e) = pgwire::tokio::process_socket(socket, tls, handlers).await {
                 tracing::debug!(%peer, error = %e, "pg connection ended with an error");
             }
             drop(permit);

@@ -30,6 +30,7 @@ use super::cancel::{cancelled_error, Cancel};
 use super::catalog::{self, Context, Local};
 use super::encode;
 use super::params;
+use super::search_path;
 use super::startup::database;
 use crate::http::AppState;
 
@@ -115,14 +116,16 @@ impl QueryParser for Parser {
             Err(message) => return Err(user_error("0A000", message)),
         }
         let access = access(client)?;
+        let database = database(client);
+        let sql = search_path::expand(sql, &database);
         let described = self
             .app
             .query
-            .describe_as(&database(client), sql, None, &access)
+            .describe_as(&database, &sql, None, &access)
             .await
             .map_err(engine_error)?;
         Ok(Some(Statement::Sql {
-            sql: sql.to_string(),
+            sql: sql.into_owned(),
             schema: described.schema,
             params: described.params,
         }))
@@ -306,7 +309,8 @@ impl SimpleQueryHandler for Session {
         let response = match catalog::classify(sql) {
             Ok(Some(local)) => self.local(&local, &database, &access, &format).await,
             Ok(None) => {
-                self.run(&database, &access, sql, None, &format, &cancel)
+                let sql = search_path::expand(sql, &database);
+                self.run(&database, &access, &sql, None, &format, &cancel)
                     .await
             }
             Err(message) => Err(user_error("0A000", message)),

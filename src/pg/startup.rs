@@ -4,6 +4,8 @@
 //! client names none). With authentication on, the server asks for a cleartext password
 //! and takes it as a token with `read` permission that may read that database; with
 //! `--auth none` the connection is accepted at once. The `user` name is not checked.
+//! When the door speaks TLS, a connection that did not negotiate it is refused before
+//! any password is asked for.
 
 use std::collections::HashMap;
 use std::fmt::Debug;
@@ -34,14 +36,17 @@ pub struct Startup {
     app: AppState,
     cancels: Arc<Registry>,
     keys: RandomPidSecretKeyGenerator,
+    /// The door speaks TLS: plain connections are refused.
+    tls_required: bool,
 }
 
 impl Startup {
-    pub fn new(app: AppState, cancels: Arc<Registry>) -> Self {
+    pub fn new(app: AppState, cancels: Arc<Registry>, tls_required: bool) -> Self {
         Startup {
             app,
             cancels,
             keys: RandomPidSecretKeyGenerator::default(),
+            tls_required,
         }
     }
 }
@@ -78,6 +83,14 @@ impl StartupHandler for Startup {
     {
         match message {
             PgWireFrontendMessage::Startup(ref startup) => {
+                if self.tls_required && !client.is_secure() {
+                    metrics::counter!("quiver_pg_plaintext_refused_total").increment(1);
+                    return Err(fatal(
+                        "28000",
+                        "this server accepts TLS connections only: connect with sslmode=require"
+                            .to_string(),
+                    ));
+                }
                 protocol_negotiation(client, startup).await?;
                 save_startup_parameters_to_metadata(client, startup);
                 let database = database(client);

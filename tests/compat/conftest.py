@@ -15,6 +15,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -71,6 +72,7 @@ class Node:
         workdir: Path,
         extra_env: dict[str, str] | None = None,
         data_dir: Path | None = None,
+        ca: Path | None = None,
     ):
         self.binary = binary
         self.workdir = workdir
@@ -78,6 +80,9 @@ class Node:
         # (tests that kill and restart the node); without one, each start gets its own.
         self.extra_env = dict(extra_env or {})
         self.data_dir = data_dir
+        # With a CA (the node has a certificate in `extra_env`), HTTP calls go over
+        # HTTPS trusting only that CA.
+        self.ssl_context = ssl.create_default_context(cafile=str(ca)) if ca else None
         self.host = "127.0.0.1"
         self.port = 0
         self.pg_port = 0
@@ -95,7 +100,8 @@ class Node:
             self.port = free_port()
             self.pg_port = free_port()
             self.flight_port = free_port()
-            self.url = f"http://{self.host}:{self.port}"
+            scheme = "https" if self.ssl_context else "http"
+            self.url = f"{scheme}://{self.host}:{self.port}"
             data_dir = self.data_dir or self.workdir / f"data-{self.port}"
             env = dict(os.environ)
             env["QUIVER_BOOTSTRAP_TOKEN"] = TOKEN
@@ -134,7 +140,9 @@ class Node:
             if self.proc is None or self.proc.poll() is not None:
                 return False
             try:
-                with urllib.request.urlopen(self.url + "/ready", timeout=2) as r:
+                with urllib.request.urlopen(
+                    self.url + "/ready", timeout=2, context=self.ssl_context
+                ) as r:
                     if r.status == 200:
                         return True
             except (urllib.error.URLError, ConnectionError, OSError):
@@ -175,7 +183,7 @@ class Node:
         for k, v in (headers or {}).items():
             req.add_header(k, v)
         try:
-            with urllib.request.urlopen(req, timeout=30) as r:
+            with urllib.request.urlopen(req, timeout=30, context=self.ssl_context) as r:
                 return r.status, dict(r.headers), r.read()
         except urllib.error.HTTPError as e:
             return e.code, dict(e.headers), e.read()

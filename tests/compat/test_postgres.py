@@ -1,8 +1,8 @@
 """Real Postgres clients against Quiver's Postgres wire protocol door (`--pg-addr`).
 
 - Debian's `psql` (`postgresql-client`): `\\l`, `\\dt`, `\\d cpu`, an aggregation, a
-  refused password; its default `sslmode=prefer` sends an SSLRequest first, which the
-  door answers `N`.
+  refused password; its default `sslmode=prefer` sends an SSLRequest first, which a
+  node without a certificate (this one) answers `N` (over TLS: test_tls_doors.py).
 - Python `psycopg` 3: server-side parameters (`Parse`/`Bind` with `$1`), text and
   binary results, named prepared statements, `BEGIN`/`COMMIT` as psycopg sends them,
   `SHOW`, errors with their SQLSTATE, a cancel request stopping a running query.
@@ -203,6 +203,93 @@ def test_grafana_version_and_builder_introspection(node, pg_db):
         with pytest.raises(psycopg.errors.SyntaxErrorOrAccessRuleViolation) as unknown:
             conn.execute("SELECT current_setting('shared_buffers')")
         assert "unrecognized configuration parameter" in str(unknown.value)
+
+
+# Grafana's Postgres data source, `postgresMetaQuery.ts` (Grafana 10 to 12): the
+# search_path constraint its builder adds to table and column lookups, verbatim.
+GRAFANA_SCHEMA_CONSTRAINT = """
+          quote_ident(table_schema) IN (
+          SELECT
+            CASE WHEN trim(s[i]) = '"$user"' THEN user ELSE trim(s[i]) END
+          FROM
+            generate_series(
+              array_lower(string_to_array(current_setting('search_path'),','),1),
+              array_upper(string_to_array(current_setting('search_path'),','),1)
+            ) as i,
+            string_to_array(current_setting('search_path'),',') s
+          )"""
+
+GRAFANA_SHOW_TABLES = f"""SELECT
+    CASE WHEN {GRAFANA_SCHEMA_CONSTRAINT}
+      THEN quote_ident(table_name)
+      ELSE quote_ident(table_schema) || '.' || quote_ident(table_name)
+    END AS "table"
+    FROM information_schema.tables
+    WHERE quote_ident(table_schema) NOT IN ('information_schema',
+                             'pg_catalog',
+                             '_timescaledb_cache',
+                             '_timescaledb_catalog',
+                             '_timescaledb_internal',
+                             '_timescaledb_config',
+                             'timescaledb_information',
+                             'timescaledb_experimental')
+    ORDER BY CASE WHEN {GRAFANA_SCHEMA_CONSTRAINT} THEN 0 ELSE 1 END, 1"""
+
+
+def grafana_get_schema(table: str) -> str:
+    part = "'" + table.replace("'", "''") + "'"
+    return f"""SELECT quote_ident(column_name) AS "column", data_type AS "type"
+    FROM information_schema.columns
+    WHERE
+      CASE WHEN array_length(parse_ident({part}),1) = 2
+        THEN quote_ident(table_schema) = (parse_ident({part}))[1]
+          AND quote_ident(table_name) = (parse_ident({part}))[2]
+        ELSE quote_ident(table_name) = {part}
+          AND {GRAFANA_SCHEMA_CONSTRAINT}
+      END"""
+
+
+def test_grafana_builder_queries_as_grafana_sends_them(node, pg_db):
+    """The builder's own SQL, unchanged: schemas, tables (the connection's database
+    first and unqualified, others qualified), a table's columns by plain and qualified
+    name, and the TimescaleDB check (no extensions)."""
+    other = f"{pg_db}_other"
+    node.write_lines(other, [f"disk,host=a used=1i {T0_NS}"])
+    with psycopg.connect(conninfo(node, pg_db), autocommit=True) as conn:
+        schemas = [r[0] for r in conn.execute(
+            """SELECT schema_name AS "name"
+    FROM information_schema.schemata
+    WHERE schema_name NOT IN ('information_schema',
+                              'pg_catalog',
+                              'pg_toast',
+                              '_timescaledb_cache',
+                              '_timescaledb_catalog',
+                              '_timescaledb_internal',
+                              '_timescaledb_config',
+                              'timescaledb_information',
+                              'timescaledb_experimental')
+    ORDER BY schema_name"""
+        ).fetchall()]
+        assert pg_db in schemas and other in schemas, schemas
+
+        tables = [r[0] for r in conn.execute(GRAFANA_SHOW_TABLES).fetchall()]
+        assert tables[:2] == ["cpu", "mem"], tables
+        assert f"{other}.disk" in tables, tables
+
+        for name in ("cpu", f"{pg_db}.cpu"):
+            columns = dict(conn.execute(grafana_get_schema(name)).fetchall())
+            assert {"time", "host", "usage", "count"} <= set(columns), (name, columns)
+        # Another database's table by its plain name is not on the search path.
+        assert conn.execute(grafana_get_schema("disk")).fetchall() == []
+
+        timescale = conn.execute(
+            "SELECT extversion FROM pg_extension WHERE extname = 'timescaledb'"
+        )
+        assert [d.name for d in timescale.description] == ["extversion"]
+        assert timescale.fetchall() == []
+
+        version = conn.execute("SELECT version()").fetchone()[0]
+        assert version.startswith("PostgreSQL 16.6 (Quiver "), version
 
 
 def test_psycopg_cancel_stops_a_query_while_it_runs(node, pg_db):

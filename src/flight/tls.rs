@@ -1,0 +1,140 @@
+//! TLS for the Flight SQL door when the node has a certificate (`http.tls_cert`):
+//! connections are accepted and their handshakes run here, each on its own task, and
+//! only finished TLS streams reach tonic, so one slow client never holds up the rest.
+//!
+//! tonic's own TLS (its `tls-*` features) would bring a second TLS stack configuration
+//! of the same rustls; this keeps the one `ServerConfig` every door shares.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::Stream;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Semaphore};
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+use tonic::transport::server::{Connected, TcpConnectInfo};
+
+/// A handshake not finished by then is dropped (a client that connects and stalls).
+const HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+
+/// Handshakes running at once; connections beyond are closed at once, and counted.
+const HANDSHAKES_IN_FLIGHT_MAX: usize = 256;
+
+/// Finished connections waiting for tonic to pick them up.
+const READY_QUEUE: usize = 64;
+
+/// Pause after a failed `accept` (for example when out of file descriptors).
+const ACCEPT_BACKOFF_MS: u64 = 100;
+
+/// One client's TLS connection, as tonic serves it.
+pub struct TlsConnection(TlsStream<TcpStream>);
+
+impl Connected for TlsConnection {
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> TcpConnectInfo {
+        self.0.get_ref().0.connect_info()
+    }
+}
+
+impl AsyncRead for TlsConnection {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for TlsConnection {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.0.is_write_vectored()
+    }
+}
+
+/// The TLS connections accepted on `listener`, handshakes done; the accept loop ends
+/// when the stream is dropped.
+pub fn incoming(
+    listener: TcpListener,
+    config: Arc<rustls::ServerConfig>,
+) -> impl Stream<Item = io::Result<TlsConnection>> {
+    let (ready, waiting) = mpsc::channel(READY_QUEUE);
+    tokio::spawn(accept_loop(listener, TlsAcceptor::from(config), ready));
+    futures::stream::unfold(waiting, |mut waiting| async move {
+        waiting.recv().await.map(|c| (Ok(c), waiting))
+    })
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    ready: mpsc::Sender<TlsConnection>,
+) {
+    let handshakes = Arc::new(Semaphore::new(HANDSHAKES_IN_FLIGHT_MAX));
+    let timeout = Duration::from_millis(HANDSHAKE_TIMEOUT_MS);
+    while !ready.is_closed() {
+        let (socket, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                tracing::warn!(error = %e, "flight.addr: accept failed");
+                tokio::time::sleep(Duration::from_millis(ACCEPT_BACKOFF_MS)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = Arc::clone(&handshakes).try_acquire_owned() else {
+            metrics::counter!("quiver_flight_tls_handshakes_refused_total").increment(1);
+            tracing::warn!(%peer, "flight.addr: too many TLS handshakes at once; connection closed");
+            continue;
+        };
+        let _ = socket.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let ready = ready.clone();
+        tokio::spawn(async move {
+            match tokio::time::timeout(timeout, acceptor.accept(socket)).await {
+                Ok(Ok(stream)) => {
+                    drop(permit);
+                    // Fails only when the server stopped; the connection just closes.
+                    let _ = ready.send(TlsConnection(stream)).await;
+                }
+                Ok(Err(e)) => {
+                    metrics::counter!("quiver_flight_tls_handshake_failures_total").increment(1);
+                    tracing::debug!(%peer, error = %e, "flight TLS handshake failed");
+                }
+                Err(_) => {
+                    metrics::counter!("quiver_flight_tls_handshake_timeouts_total").increment(1);
+                    tracing::debug!(%peer, "flight TLS handshake not finished in time; closed");
+                }
+            }
+        });
+    }
+}
