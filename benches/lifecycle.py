@@ -4,7 +4,8 @@ how restart time and snapshot size grow with the file count, and what compaction
 ingest.
 
     python3 benches/lifecycle.py --bin target/release/quiver [--days 60] [--measurements 20]
-        [--file-counts 1000,10000,100000] [--skip backfill,restart,ingest]
+        [--file-counts 1000,10000,100000] [--restart-measurements 100]
+        [--merge-rows-per-hour 250000] [--skip backfill,restart,merge,ingest]
 
 1. Backfill: `--days` of hourly rows into `--measurements` measurements (one Parquet
    file per measurement per hour) on a node with compaction off; count the files and
@@ -13,9 +14,15 @@ ingest.
    the same queries, and report compaction rows/s (rows merged / wall time) and the
    node's peak resident memory while merging, beside its resident memory before.
 2. Restart: for each file count, a fresh node with that many files (hourly rows of
-   100 measurements, compaction off), a snapshot of all of them, kill -9, and the time
-   from the restart to `/ready`; the snapshot's size on disk.
-3. Ingest while compaction runs: MessagePack batches for 20 s on a node whose
+   `--restart-measurements` measurements, compaction off), a snapshot of all of them,
+   kill -9, and the time from the restart to `/ready`; the snapshot's size on disk;
+   then, on the restarted node, the time of `GET /api/v1/storage`, of a table list and
+   of one measurement's aggregate, and the node's resident memory.
+3. Merge: one closed day of 24 hour files of `--merge-rows-per-hour` rows each (a
+   100-host tag, a float and an integer field), written with compaction off, then
+   restarted with compaction on until one day file is left: rows merged per second,
+   MB read per second, peak resident memory, and the answers before and after compared.
+4. Ingest while compaction runs: MessagePack batches for 20 s on a node whose
    compaction backlog is busy (a fresh backfill, compaction on), then 20 s on the same
    node once the backlog is empty; the ratio of the two rates, from the same run.
 
@@ -232,9 +239,64 @@ def bench_backfill(exe, days, measurements):
                 whole_ratio=round(after["whole_s"] / before["whole_s"], 3), dir=root)
 
 
-def bench_restart(exe, files):
+def merge_chunk(start_ns, rows, spacing_ns):
+    hosts = [f"host{i:03d}" for i in range(100)]
+    return msgpack.packb({"m": "big", "columns": {
+        "time": [start_ns + j * spacing_ns for j in range(rows)],
+        "host": [hosts[j % 100] for j in range(rows)],
+        "v": [float((j * 7919) % 10007) / 7.0 for j in range(rows)],
+        "n": [(j * 104729) % 1_000_003 for j in range(rows)],
+    }})
+
+
+def bench_merge(exe, rows_per_hour, hours):
+    """Merge throughput on large files: `hours` hour files of `rows_per_hour` rows each
+    (one closed day), written with compaction off, then merged into one day file."""
+    root = tempfile.mkdtemp(prefix="quiver-merge-")
+    common = dict(storage_flush_age_ms=500, compaction_check_interval_ms=500,
+                  limits_write_hours_max=2)
+    node = Node(exe, root, compaction_enabled="false", **common)
+    node.start()
+    day0 = time.time_ns() // DAY_NS * DAY_NS - 3 * DAY_NS
+    chunk = 50_000
+    spacing = HOUR_NS // rows_per_hour
+    for h in range(hours):
+        for c in range(0, rows_per_hour, chunk):
+            n = min(chunk, rows_per_hour - c)
+            node.write("bench", merge_chunk(day0 + h * HOUR_NS + c * spacing, n, spacing))
+    node.quiet()
+    before = dict(files=files_on_disk(root), rss_mb=node.rss_mb())
+    sums = "SELECT count(*), sum(v), sum(n), count(DISTINCT host) FROM big"
+    answer = node.sql("bench", sums)["data"]
+    node.stop()
+    node = Node(exe, root, compaction_enabled="true", **common)
+    node.start()
+    peak = [node.rss_mb()]
+    started = time.monotonic()
+    last_change = [time.monotonic(), files_on_disk(root)]
+
+    def settled():
+        peak.append(node.rss_mb())
+        files = files_on_disk(root)
+        if files != last_change[1]:
+            last_change[:] = [time.monotonic(), files]
+        return node.storage()["compactions_pending"] == 0 and time.monotonic() - last_change[0] > 5
+    node.wait("the day merged", settled, timeout_s=3600)
+    merging_s = last_change[0] - started
+    read_mb = node.metric("quiver_compaction_bytes_read_total") / 1e6
+    same = node.sql("bench", sums)["data"] == answer
+    node.stop()
+    rows = rows_per_hour * hours
+    return dict(rows=rows, files_before=before["files"], files_after=last_change[1],
+                merging_s=round(merging_s, 1),
+                rows_per_s=round(rows / merging_s), mb_read=round(read_mb, 1),
+                mb_read_per_s=round(read_mb / merging_s, 1),
+                rss_mb_before=round(before["rss_mb"]), rss_mb_peak_merging=round(max(peak)),
+                answers_equal=same, dir=root)
+
+
+def bench_restart(exe, files, measurements=100):
     root = tempfile.mkdtemp(prefix="quiver-restart-")
-    measurements = 100
     hours = max(1, files // measurements)
     node = Node(exe, root, compaction_enabled="false", storage_flush_age_ms=500,
                 limits_write_hours_max=hours + 1, raft_snapshot_interval_ms_min=500)
@@ -256,10 +318,23 @@ def bench_restart(exe, files):
     node.kill()
     ready_s = node.start()
     rows = node.sql("bench", "SELECT count(*) FROM m0")["data"][0][0]
+    # What an operator and an analyst do next on such a node: the storage summary, the
+    # table list, and one measurement's aggregate (its files among all the others).
+    timed = {}
+    for name, call in [
+        ("storage_api_s", lambda: node.storage()),
+        ("table_list_s", lambda: node.sql("bench", "SELECT count(*) FROM information_schema.tables")),
+        ("one_measurement_avg_s", lambda: node.sql("bench", f"SELECT avg(v) FROM m{measurements // 2}")),
+    ]:
+        t0 = time.monotonic()
+        call()
+        timed[name] = round(time.monotonic() - t0, 3)
+    rss = node.rss_mb()
     node.kill()
-    return dict(files=count, write_s=round(write_s, 1), snapshot_mb=round(size / 1e6, 2),
+    return dict(files=count, measurements=measurements, write_s=round(write_s, 1),
+                snapshot_mb=round(size / 1e6, 2),
                 snapshot_bytes_per_file=round(size / max(count, 1)), restart_to_ready_s=round(ready_s, 2),
-                rows_m0=rows)
+                rows_m0=rows, rss_mb_after_restart=round(rss), **timed, dir=root)
 
 
 def ingest_for(node, seconds, start_id):
@@ -314,6 +389,9 @@ def main():
     p.add_argument("--days", type=int, default=60)
     p.add_argument("--measurements", type=int, default=20)
     p.add_argument("--file-counts", default="1000,10000,100000")
+    p.add_argument("--restart-measurements", type=int, default=100,
+                   help="measurements the restart part spreads its files over")
+    p.add_argument("--merge-rows-per-hour", type=int, default=250_000)
     p.add_argument("--skip", default="")
     args = p.parse_args()
     skip = set(args.skip.split(",")) - {""}
@@ -324,9 +402,12 @@ def main():
     if "restart" not in skip:
         out["restart"] = []
         for n in [int(x) for x in args.file_counts.split(",")]:
-            r = bench_restart(args.bin, n)
+            r = bench_restart(args.bin, n, args.restart_measurements)
             log(json.dumps(r))
             out["restart"].append(r)
+    if "merge" not in skip:
+        out["merge"] = bench_merge(args.bin, args.merge_rows_per_hour, 24)
+        log(json.dumps(out["merge"]))
     if "ingest" not in skip:
         out["ingest"] = bench_ingest(args.bin, args.days, args.measurements)
         log(json.dumps(out["ingest"]))

@@ -83,7 +83,7 @@ impl AsyncWrite for TlsConnection {
 }
 
 /// The TLS connections accepted on `listener`, handshakes done; the accept loop ends
-/// when the stream is dropped.
+/// (and the listener closes) when the stream is dropped.
 pub fn incoming(
     listener: TcpListener,
     config: Arc<rustls::ServerConfig>,
@@ -102,8 +102,13 @@ async fn accept_loop(
 ) {
     let handshakes = Arc::new(Semaphore::new(HANDSHAKES_IN_FLIGHT_MAX));
     let timeout = Duration::from_millis(HANDSHAKE_TIMEOUT_MS);
-    while !ready.is_closed() {
-        let (socket, peer) = match listener.accept().await {
+    loop {
+        // The server going away drops the stream's receiver: stop listening then.
+        let accepted = tokio::select! {
+            () = ready.closed() => return,
+            accepted = listener.accept() => accepted,
+        };
+        let (socket, peer) = match accepted {
             Ok(accepted) => accepted,
             Err(e) => {
                 tracing::warn!(error = %e, "flight.addr: accept failed");

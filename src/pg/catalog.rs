@@ -276,6 +276,9 @@ impl Local {
             | Local::Command(_)
             | Local::Nothing
             | Local::Extensions => vec![],
+            // The door's search path is the connection's database (as reported at
+            // startup); the engine-wide setting cannot know it.
+            Local::Show(name, _) if name == "search_path" => vec![vec![text(cx.database)]],
             Local::Show(_, value) => vec![vec![text(value)]],
             Local::ListDatabases => databases(cx)
                 .await?

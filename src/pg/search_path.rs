@@ -5,6 +5,8 @@
 //! so the door replaces that `IN (subquery)` with `IN ('<database>')` before the engine
 //! sees the query; everything else in it runs as sent. The pattern is Grafana's text
 //! (`postgresMetaQuery.ts`, unchanged since Grafana 7), whitespace and case aside.
+//! Any other `current_setting('search_path')` becomes the database too, so reading the
+//! setting agrees with `SHOW search_path` and with what the door reported at startup.
 
 use std::borrow::Cow;
 use std::sync::LazyLock;
@@ -21,27 +23,43 @@ static GRAFANA_SEARCH_PATH: LazyLock<Option<Regex>> = LazyLock::new(|| {
     let pattern = format!(
         r#"(?is)\bIN\s*\(\s*SELECT\s+CASE\s+WHEN\s+{element}\s*=\s*'"\$user"'\s+THEN\s+user\s+ELSE\s+{element}\s+END\s+FROM\s+generate_series\s*\(\s*array_lower\s*\(\s*{array}\s*,\s*1\s*\)\s*,\s*array_upper\s*\(\s*{array}\s*,\s*1\s*\)\s*\)\s+(?:AS\s+)?(?:i|\w+\s*\(\s*i\s*\))\s*,\s*{array}\s+(?:AS\s+)?(?:s|\w+\s*\(\s*s\s*\))\s*\)"#
     );
-    match Regex::new(&pattern) {
+    compile(&pattern)
+});
+
+static CURRENT_SETTING: LazyLock<Option<Regex>> =
+    LazyLock::new(|| compile(r"(?i)\bcurrent_setting\s*\(\s*'search_path'\s*\)"));
+
+fn compile(pattern: &str) -> Option<Regex> {
+    match Regex::new(pattern) {
         Ok(regex) => Some(regex),
         Err(e) => {
-            // A bug in the pattern above, caught by the tests; queries then run as sent.
+            // A bug in a pattern above, caught by the tests; queries then run as sent.
             debug_assert!(false, "search_path pattern: {e}");
-            tracing::error!(error = %e, "the search_path pattern does not compile");
+            tracing::error!(error = %e, "a search_path pattern does not compile");
             None
         }
     }
-});
+}
 
 /// `sql` with Grafana's `search_path` expansions replaced by the one schema `database`.
 pub fn expand<'a>(sql: &'a str, database: &str) -> Cow<'a, str> {
     if !sql.contains("search_path") {
         return Cow::Borrowed(sql);
     }
-    let Some(regex) = GRAFANA_SEARCH_PATH.as_ref() else {
-        return Cow::Borrowed(sql);
-    };
-    let literal = format!("IN ('{}')", database.replace('\'', "''"));
-    regex.replace_all(sql, regex::NoExpand(&literal))
+    let quoted = format!("'{}'", database.replace('\'', "''"));
+    let mut sql = Cow::Borrowed(sql);
+    if let Some(regex) = GRAFANA_SEARCH_PATH.as_ref() {
+        let in_list = format!("IN ({quoted})");
+        if let Cow::Owned(out) = regex.replace_all(&sql, regex::NoExpand(&in_list)) {
+            sql = Cow::Owned(out);
+        }
+    }
+    if let Some(regex) = CURRENT_SETTING.as_ref() {
+        if let Cow::Owned(out) = regex.replace_all(&sql, regex::NoExpand(&quoted)) {
+            sql = Cow::Owned(out);
+        }
+    }
+    sql
 }
 
 #[cfg(test)]
@@ -86,11 +104,19 @@ mod tests {
     }
 
     #[test]
+    fn reading_the_setting_gives_the_database() {
+        assert_eq!(
+            expand("SELECT Current_Setting( 'search_path' ) AS p", "demo"),
+            "SELECT 'demo' AS p"
+        );
+    }
+
+    #[test]
     fn other_queries_are_untouched() {
-        let sql = "SELECT current_setting('search_path')";
+        let sql = "SELECT current_setting('server_version_num')";
         assert!(matches!(expand(sql, "demo"), Cow::Borrowed(_)));
-        let sql = "SELECT * FROM t WHERE a IN (SELECT b FROM u)";
-        assert_eq!(expand(sql, "demo"), sql);
+        let sql = "SELECT * FROM t WHERE a IN (SELECT b FROM u) AND search_path = 1";
+        assert!(matches!(expand(sql, "demo"), Cow::Borrowed(_)));
     }
 
     #[test]

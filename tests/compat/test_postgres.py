@@ -291,6 +291,10 @@ def test_grafana_builder_queries_as_grafana_sends_them(node, pg_db):
         version = conn.execute("SELECT version()").fetchone()[0]
         assert version.startswith("PostgreSQL 16.6 (Quiver "), version
 
+        # The search path is the connection's database, however it is read.
+        assert conn.execute("SHOW search_path").fetchone()[0] == pg_db
+        assert conn.execute("SELECT current_setting('search_path')").fetchone()[0] == pg_db
+
 
 def test_psycopg_cancel_stops_a_query_while_it_runs(node, pg_db):
     slow = "SELECT count(*) FROM generate_series(1, 30000000000) a WHERE a.value % 7 = 3"
