@@ -5,6 +5,7 @@ mod cli;
 mod cluster_cli;
 mod config;
 mod continuous;
+mod dir_lock;
 mod flight;
 mod http;
 mod node;

@@ -63,6 +63,8 @@ pub async fn serve(config: Config) -> Result<()> {
         },
         object_store: config.bucket(),
     };
+    // Held until this function returns, which is when the process stops serving.
+    let _dir_locks = crate::dir_lock::lock_dirs(&data_dir, &config.wal_dir())?;
     // The newest snapshot says which Parquet files are live; read it before storage.
     let recovered = quiver_raft::Recovered::load(&data_dir, &config.wal_dir())
         .context("reading the newest snapshot")?;

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
 use datafusion::error::DataFusionError;
 use datafusion::logical_expr::TableType;
-use quiver_storage::{validate_database_name, TableSource};
+use quiver_storage::{resolve_name, validate_database_name, TableSource};
 
 use crate::provider::MeasurementTable;
 
@@ -118,9 +118,8 @@ impl std::fmt::Debug for DatabaseSchema {
 
 impl DatabaseSchema {
     fn table_now(&self, name: &str) -> Option<Arc<dyn TableProvider>> {
-        let measurements = self.source.measurements(&self.database);
-        let measurement = resolve_name(name, &measurements)?;
-        let snapshot = self.source.table(&self.database, measurement)?;
+        let measurement = self.source.resolve_measurement(&self.database, name)?;
+        let snapshot = self.source.table(&self.database, &measurement)?;
         Some(Arc::new(MeasurementTable::new(snapshot)))
     }
 }
@@ -157,28 +156,19 @@ impl SchemaProvider for DatabaseSchema {
         'life1: 'async_trait,
         Self: 'async_trait,
     {
-        // Answered from the name list alone, so `information_schema.tables` does not
-        // snapshot every measurement.
-        let measurements = self.source.measurements(&self.database);
-        let found = resolve_name(name, &measurements).map(|_| TableType::Base);
+        // Answered from the names alone, so `information_schema.tables` does not
+        // snapshot every measurement (nor list them all once per table).
+        let found = self
+            .source
+            .resolve_measurement(&self.database, name)
+            .map(|_| TableType::Base);
         Box::pin(std::future::ready(Ok(found)))
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        let measurements = self.source.measurements(&self.database);
-        resolve_name(name, &measurements).is_some()
-    }
-}
-
-/// The exact name if present, else the only name equal to it ignoring ASCII case.
-fn resolve_name<'a>(name: &str, names: &'a [String]) -> Option<&'a str> {
-    if let Some(exact) = names.iter().find(|n| n.as_str() == name) {
-        return Some(exact);
-    }
-    let mut folded = names.iter().filter(|n| n.eq_ignore_ascii_case(name));
-    match (folded.next(), folded.next()) {
-        (Some(only), None) => Some(only),
-        _ => None,
+        self.source
+            .resolve_measurement(&self.database, name)
+            .is_some()
     }
 }
 

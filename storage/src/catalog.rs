@@ -99,7 +99,9 @@ impl Catalog {
         set: &FileSet,
     ) -> Result<(Catalog, Vec<FileMeta>, CatalogReport)> {
         let mut report = CatalogReport::default();
+        let started = std::time::Instant::now();
         let listed = list_files(local, &mut report).await?;
+        let listed_ms = started.elapsed().as_millis() as u64;
         let (catalog, files) = match set {
             FileSet::Footers => {
                 open_from_footers(dir, local, quarantine_dir, listed, &mut report).await?
@@ -121,6 +123,13 @@ impl Catalog {
             }
         };
         report.files = files.len();
+        // Restart time grows with the file count; this says which half to look at.
+        tracing::info!(
+            files = files.len(),
+            listed_ms,
+            reconciled_ms = started.elapsed().as_millis() as u64 - listed_ms,
+            "catalog opened"
+        );
         Ok((catalog, files, report))
     }
 

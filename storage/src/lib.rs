@@ -68,5 +68,7 @@ pub use store::{
     rows_at_or_after, split_past_retention, DeleteOutcome, IoGuard, MemoryImage, OpenReport,
     Storage, StorageConfig, StorageStats, TableImage, TableKey, TableSummary, View, ViewSource,
 };
-pub use table::{ParquetFileRef, SnapshotFiles, TableFiles, TableSnapshot, TableSource};
+pub use table::{
+    resolve_name, ParquetFileRef, SnapshotFiles, TableFiles, TableSnapshot, TableSource,
+};
 pub use table_state::{Buffered, Frozen};

@@ -178,8 +178,28 @@ pub trait TableSource: Send + Sync + 'static {
     fn databases(&self) -> Vec<String>;
     /// Measurements of `database`, sorted by name.
     fn measurements(&self, database: &str) -> Vec<String>;
+    /// The measurement of `database` that `name` refers to: `name` itself when it
+    /// exists, else the one measurement equal to it ignoring ASCII case (`None` when
+    /// there is none, or several). Planning resolves every table through this, so
+    /// sources with many measurements answer it without listing them all.
+    fn resolve_measurement(&self, database: &str, name: &str) -> Option<String> {
+        resolve_name(name, &self.measurements(database)).map(str::to_string)
+    }
     /// A consistent snapshot of one measurement, or `None` if it does not exist.
     fn table(&self, database: &str, measurement: &str) -> Option<TableSnapshot>;
     /// The object store holding the Parquet files named by [`ParquetFileRef::path`].
     fn object_store(&self) -> Arc<dyn object_store::ObjectStore>;
+}
+
+/// The exact name if present in `names`, else the only name equal to it ignoring ASCII
+/// case (an unquoted SQL identifier arrives folded to lower case).
+pub fn resolve_name<'a>(name: &str, names: &'a [String]) -> Option<&'a str> {
+    if let Some(exact) = names.iter().find(|n| n.as_str() == name) {
+        return Some(exact);
+    }
+    let mut folded = names.iter().filter(|n| n.eq_ignore_ascii_case(name));
+    match (folded.next(), folded.next()) {
+        (Some(only), None) => Some(only),
+        _ => None,
+    }
 }

@@ -68,3 +68,55 @@ async fn separate_wal_dir_none_survives_sigkill_of_the_process() {
 async fn separate_wal_dir_survives_a_clean_restart() {
     restart_keeps_rows("fsync", false).await;
 }
+
+/// A second `quiver serve` on a data directory (or only a WAL directory) that a running
+/// node holds exits at once naming the directory, and the running node is untouched;
+/// after a kill -9 the lock file left behind does not block the restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_process_on_the_same_directories_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal_dir = dir.path().join("wal-volume");
+    let mut spec = NodeSpec::new(dir.path());
+    spec.wal_dir = Some(wal_dir.clone());
+    let mut first = Node::start(spec).await;
+    let (status, text) = first
+        .write_msgpack(
+            "db",
+            crate::common::batch_payload("cpu", 0, 100, 1_700_000_000_000_000_000, 4),
+        )
+        .await;
+    assert_eq!(status, 204, "{text}");
+
+    // The same data directory, on another port.
+    let mut same_data = NodeSpec::new(dir.path());
+    same_data.wal_dir = Some(wal_dir.clone());
+    let mut second = Node::spawn(same_data);
+    assert_eq!(second.wait_exit(Duration::from_secs(30)), Some(1));
+    let log = first.log();
+    assert!(
+        log.contains("storage.dir") && log.contains("in use by another quiver process"),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("pid {}", first.pid().unwrap())),
+        "{log}"
+    );
+
+    // Another data directory, but the WAL directory the first node holds.
+    let other = tempfile::tempdir().unwrap();
+    let mut same_wal = NodeSpec::new(other.path());
+    same_wal.wal_dir = Some(wal_dir.clone());
+    let mut third = Node::spawn(same_wal);
+    assert_eq!(third.wait_exit(Duration::from_secs(30)), Some(1));
+    assert!(third.log().contains("wal.dir"), "{}", third.log());
+
+    assert_eq!(
+        first.rows("db", "SELECT count(*) FROM cpu").await,
+        vec![vec![serde_json::json!(100)]]
+    );
+    first.restart().await;
+    assert_eq!(
+        first.rows("db", "SELECT count(*) FROM cpu").await,
+        vec![vec![serde_json::json!(100)]]
+    );
+}

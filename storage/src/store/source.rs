@@ -27,10 +27,27 @@ impl TableSource for Storage {
     fn measurements(&self, database: &str) -> Vec<String> {
         self.tables
             .read()
-            .keys()
-            .filter(|k| k.database == database)
+            .range(TableKey::new(database, "")..)
+            .map(|(k, _)| k)
+            .take_while(|k| k.database == database)
             .map(|k| k.measurement.clone())
             .collect()
+    }
+
+    fn resolve_measurement(&self, database: &str, name: &str) -> Option<String> {
+        let tables = self.tables.read();
+        if tables.contains_key(&TableKey::new(database, name)) {
+            return Some(name.to_string());
+        }
+        let mut folded = tables
+            .range(TableKey::new(database, "")..)
+            .map(|(k, _)| k)
+            .take_while(|k| k.database == database)
+            .filter(|k| k.measurement.eq_ignore_ascii_case(name));
+        match (folded.next(), folded.next()) {
+            (Some(only), None) => Some(only.measurement.clone()),
+            _ => None,
+        }
     }
 
     fn table(&self, database: &str, measurement: &str) -> Option<TableSnapshot> {
@@ -236,6 +253,10 @@ impl TableSource for ViewSource {
 
     fn measurements(&self, database: &str) -> Vec<String> {
         self.storage.measurements(database)
+    }
+
+    fn resolve_measurement(&self, database: &str, name: &str) -> Option<String> {
+        self.storage.resolve_measurement(database, name)
     }
 
     fn table(&self, database: &str, measurement: &str) -> Option<TableSnapshot> {

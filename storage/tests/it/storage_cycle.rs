@@ -178,3 +178,36 @@ async fn memory_image_round_trips_and_restores_without_duplicates() {
         "a damaged image is detected"
     );
 }
+
+#[tokio::test]
+async fn measurements_resolve_within_their_database_exactly_then_by_case() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path()).await;
+    let one_row = || batch(&["a"], &[10], &[1.0]);
+    // Neighbouring databases sort around "db": their tables must not leak into it.
+    for (i, (db, m)) in [
+        ("da", "cpu"),
+        ("db", "CPU"),
+        ("db", "Mem"),
+        ("db", "mem"),
+        ("dc", "disk"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        s.apply_write(LogIndex(i as u64 + 1), db, &[(m.into(), one_row())])
+            .unwrap();
+    }
+    assert_eq!(s.measurements("db"), ["CPU", "Mem", "mem"]);
+    assert_eq!(s.resolve_measurement("db", "CPU").as_deref(), Some("CPU"));
+    assert_eq!(s.resolve_measurement("db", "cpu").as_deref(), Some("CPU"));
+    assert_eq!(s.resolve_measurement("db", "mem").as_deref(), Some("mem"));
+    assert_eq!(s.resolve_measurement("db", "MEM"), None, "ambiguous");
+    assert_eq!(
+        s.resolve_measurement("db", "disk"),
+        None,
+        "another database's"
+    );
+    assert_eq!(s.resolve_measurement("dc", "disk").as_deref(), Some("disk"));
+    assert_eq!(s.resolve_measurement("nope", "cpu"), None);
+}
