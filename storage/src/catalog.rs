@@ -221,6 +221,7 @@ async fn open_from_footers(
                 None
             }
         },
+        Err(e @ Error::CatalogLocked { .. }) => return Err(e),
         Err(e) => {
             report.rebuilt_because = Some(format!("sled failed to open: {e}"));
             None
@@ -367,6 +368,7 @@ async fn open_from_manifest(
             catalog.sync_to(&entries, &live)?;
             catalog
         }
+        Err(e @ Error::CatalogLocked { .. }) => return Err(e),
         Err(e) => {
             let reason = format!("sled unusable: {e}");
             tracing::warn!(dir = %dir.display(), %reason, files = live.len(),
@@ -381,7 +383,36 @@ async fn open_from_manifest(
     Ok((catalog, live))
 }
 
+/// How long opening the catalog waits for a lock that another holder still has: a
+/// storage of this process that is closing (sled's flusher thread lets go of the lock
+/// a moment after the last handle is dropped). Other processes are kept out by the
+/// node's directory lock.
+const SLED_LOCK_WAIT_MS: u64 = 10_000;
+
+/// Pause between attempts while the lock is held.
+const SLED_LOCK_RETRY_MS: u64 = 20;
+
 fn open_sled(dir: &Path) -> Result<Catalog> {
+    let started = std::time::Instant::now();
+    loop {
+        match open_sled_once(dir) {
+            Err(Error::CatalogLocked { .. })
+                if started.elapsed().as_millis() < u128::from(SLED_LOCK_WAIT_MS) =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(SLED_LOCK_RETRY_MS));
+            }
+            Err(Error::CatalogLocked { dir, .. }) => {
+                return Err(Error::CatalogLocked {
+                    dir,
+                    waited_ms: started.elapsed().as_millis() as u64,
+                })
+            }
+            other => return other,
+        }
+    }
+}
+
+fn open_sled_once(dir: &Path) -> Result<Catalog> {
     // sled can panic on some corrupt files instead of returning an error; a catalog is
     // never worth a crash, so treat a panic as "unopenable" and rebuild.
     let dir_owned = dir.to_path_buf();
@@ -389,7 +420,17 @@ fn open_sled(dir: &Path) -> Result<Catalog> {
         let db = sled::Config::new()
             .path(&dir_owned)
             .open()
-            .map_err(|e| Error::Catalog(e.to_string()))?;
+            .map_err(|e| match e {
+                // sled 0.34 reports a held lock only in the message of an `Other`
+                // error; the test below fails if a new sled words it otherwise.
+                sled::Error::Io(io) if io.to_string().starts_with("could not acquire lock") => {
+                    Error::CatalogLocked {
+                        dir: dir_owned.clone(),
+                        waited_ms: 0,
+                    }
+                }
+                other => Error::Catalog(other.to_string()),
+            })?;
         let files = db
             .open_tree(FILES_TREE)
             .map_err(|e| Error::Catalog(e.to_string()))?;
@@ -605,4 +646,27 @@ pub fn catalog_dir(storage_dir: &Path) -> PathBuf {
 /// Where unreadable Parquet files are moved, inside the storage directory.
 pub fn quarantine_dir(storage_dir: &Path) -> PathBuf {
     storage_dir.join("quarantine")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_held_catalog_is_locked_not_unusable_and_opens_once_let_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = open_sled(dir.path()).unwrap();
+        // A rebuild here would wipe a catalog someone is using; the error must say
+        // "locked", which callers pass on instead of rebuilding.
+        assert!(matches!(
+            open_sled_once(dir.path()),
+            Err(Error::CatalogLocked { .. })
+        ));
+        let waiter = {
+            let dir = dir.path().to_path_buf();
+            std::thread::spawn(move || open_sled(&dir).map(|_| ()))
+        };
+        drop(held);
+        waiter.join().unwrap().unwrap();
+    }
 }

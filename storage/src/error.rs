@@ -65,6 +65,15 @@ pub enum Error {
     /// The sled catalog failed; callers rebuild it from the Parquet files.
     #[error("catalog: {0}")]
     Catalog(String),
+    /// Another holder keeps the catalog open (in-process, a storage still closing);
+    /// never a reason to rebuild it, so opening fails instead.
+    #[error("catalog {}: still locked by another holder after {waited_ms} ms", dir.display())]
+    CatalogLocked {
+        /// The catalog's directory.
+        dir: PathBuf,
+        /// How long opening waited for the lock.
+        waited_ms: u64,
+    },
     /// Something to be written is larger than its reader accepts, so it is refused
     /// before it is written (the same bound applies on both sides).
     #[error("{what}: {size} is more than the {size_max} allowed")]
