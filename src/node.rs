@@ -120,6 +120,7 @@ pub async fn serve(config: Config) -> Result<()> {
     let node = RaftNode::start_recovered(raft_config, storage.clone(), recovered)
         .await
         .context("starting raft")?;
+    crate::heap::release_freed_memory();
     let background = node.spawn_background();
     let auth = if config.auth.enabled {
         Auth::open(&data_dir, std::env::var("QUIVER_BOOTSTRAP_TOKEN").ok())?
@@ -318,10 +319,19 @@ const STORE_RETRY_MS_MAX: u64 = 10_000;
 /// node in a loop would not help. Any other error ends the start.
 async fn open_storage(config: StorageConfig, files: quiver_storage::FileSet) -> Result<Storage> {
     let mut wait_ms = 250;
+    // Only a bucket is tried more than once (see the match below); the manifest may list
+    // a million files, so local disk takes it without a copy.
+    let retried = config.object_store.is_some();
+    let mut files = files;
     loop {
-        match Storage::open_with(config.clone(), files.clone()).await {
+        let attempt = if retried {
+            files.clone()
+        } else {
+            std::mem::replace(&mut files, quiver_storage::FileSet::Nothing)
+        };
+        match Storage::open_with(config.clone(), attempt).await {
             Ok(storage) => return Ok(storage),
-            Err(quiver_storage::Error::ObjectStore(e)) if config.object_store.is_some() => {
+            Err(quiver_storage::Error::ObjectStore(e)) if retried => {
                 tracing::error!(error = %e, retry_ms = wait_ms,
                     "cannot list the Parquet files in the bucket; trying again");
                 tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;

@@ -16,6 +16,7 @@
 
 mod bucket;
 mod cache;
+mod local_listing;
 mod transfer;
 
 use std::collections::BTreeMap;
@@ -30,8 +31,7 @@ use object_store::{ObjectStore, ObjectStoreExt};
 
 pub use bucket::BucketSettings;
 
-use crate::durable::TEMP_SUFFIX;
-use crate::durable::{install_file_durably, remove_if_stale_temp, replace_file_durably};
+use crate::durable::{install_file_durably, replace_file_durably};
 use crate::error::{Error, Result};
 use crate::paths::DATA_PREFIX;
 
@@ -128,24 +128,23 @@ impl FileStore {
     /// has none (an upload is visible only once complete).
     pub(crate) async fn list(&self) -> Result<(BTreeMap<String, u64>, Vec<String>)> {
         let prefix = ObjectPath::from(DATA_PREFIX);
-        let objects: Vec<object_store::ObjectMeta> =
-            self.writer().list(Some(&prefix)).try_collect().await?;
-        let mut files = BTreeMap::new();
-        let mut temps_removed = Vec::new();
-        for object in objects {
-            let path = object.location.as_ref();
-            if path.ends_with(".parquet") {
-                files.insert(path.to_string(), object.size);
-            } else if let Place::Local(local) = &self.place {
-                if path.ends_with(&format!(".parquet{TEMP_SUFFIX}")) {
-                    let on_disk = local.path_to_filesystem(&object.location)?;
-                    if remove_if_stale_temp(&on_disk)? {
-                        temps_removed.push(path.to_string());
-                    }
-                }
+        match &self.place {
+            Place::Local(local) => {
+                let data_dir = local.path_to_filesystem(&prefix)?;
+                let listing = blocking(move || local_listing::list(&data_dir, DATA_PREFIX)).await?;
+                Ok((listing.files, listing.temps_removed))
+            }
+            Place::Bucket { store, .. } => {
+                let objects: Vec<object_store::ObjectMeta> =
+                    store.list(Some(&prefix)).try_collect().await?;
+                let files = objects
+                    .into_iter()
+                    .filter(|o| o.location.as_ref().ends_with(".parquet"))
+                    .map(|o| (o.location.to_string(), o.size))
+                    .collect();
+                Ok((files, Vec::new()))
             }
         }
-        Ok((files, temps_removed))
     }
 
     /// Writes a whole file under `path`, durably: on local disk through a temporary

@@ -236,7 +236,7 @@ impl Storage {
             &catalog_dir(&config.dir),
             &file_store,
             &quarantine_dir(&config.dir),
-            &files,
+            files,
         )
         .await?;
         let mut by_table: BTreeMap<TableKey, Vec<FileMeta>> = BTreeMap::new();
