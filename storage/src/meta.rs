@@ -1,5 +1,7 @@
 //! What every Parquet file says about itself, so the catalog can be rebuilt from files.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{LogIndex, TimestampNs};
@@ -68,8 +70,11 @@ pub struct FileMeta {
     /// How many files the segment was split into (one per hour); a segment is durable
     /// only when all of them exist.
     pub segment_files: u32,
-    /// Columns of the file, in file order.
-    pub columns: Vec<ColumnMeta>,
+    /// Columns of the file, in file order. Shared: the files of one table nearly always
+    /// have the same columns, and a list of a million files held one copy each (with
+    /// 21 columns, 2.3 KB per file); [`crate::file_list::FileList`] shares them.
+    #[serde(with = "shared_columns")]
+    pub columns: Arc<[ColumnMeta]>,
     /// File size in bytes (known after writing; 0 inside the file itself).
     #[serde(default)]
     pub size_bytes: u64,
@@ -106,5 +111,23 @@ impl CompactionMark {
     /// Whether `t` lies in the bucket.
     pub fn bucket_contains(&self, t: TimestampNs) -> bool {
         t.0 >= self.bucket_start.0 && (t.0 - self.bucket_start.0) < self.bucket_ns
+    }
+}
+
+/// (De)serializes shared columns as the plain list they are on disk and in the catalog
+/// (serde's own `Arc` support would need its `rc` feature, for the whole tree).
+mod shared_columns {
+    use std::sync::Arc;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::ColumnMeta;
+
+    pub fn serialize<S: Serializer>(columns: &Arc<[ColumnMeta]>, s: S) -> Result<S::Ok, S::Error> {
+        columns[..].serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<[ColumnMeta]>, D::Error> {
+        Vec::<ColumnMeta>::deserialize(d).map(Arc::from)
     }
 }

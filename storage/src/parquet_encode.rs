@@ -98,7 +98,7 @@ pub fn encode_segment(
     }
     let segment_files = u32::try_from(runs.len())
         .map_err(|_| Error::InvalidPayload("segment spans too many hours".into()))?;
-    let columns: Vec<ColumnMeta> = source
+    let columns: std::sync::Arc<[ColumnMeta]> = source
         .schema
         .fields()
         .iter()

@@ -107,7 +107,7 @@ pub fn merge_files(
         log_first: job.log_first,
         log_last: job.log_last,
         segment_files: 1,
-        columns,
+        columns: columns.into(),
         size_bytes: 0,
         compaction: Some(job.mark()),
     };
@@ -401,7 +401,7 @@ fn with_path(e: Error, path: &str) -> Error {
 fn union_schema<'a>(metas: impl Iterator<Item = &'a FileMeta>) -> Result<SchemaRef> {
     let mut columns: Vec<(String, ColumnKind)> = Vec::new();
     for meta in metas {
-        for column in &meta.columns {
+        for column in meta.columns.iter() {
             let kind = column.kind().ok_or_else(|| Error::Corrupt {
                 path: meta.path.clone(),
                 reason: format!(

@@ -25,7 +25,8 @@ fn file(hour: i64, log_first: u64, log_last: u64) -> FileMeta {
             ColumnMeta::new("time", ColumnKind::Time),
             ColumnMeta::new("host", ColumnKind::Tag),
             ColumnMeta::new("v", ColumnKind::Field(FieldType::Float)),
-        ],
+        ]
+        .into(),
         size_bytes: 1_000,
         compaction: None,
     }

@@ -31,7 +31,8 @@ fn file_meta(i: u64) -> FileMeta {
             ColumnMeta::new("usage_idle", ColumnKind::Field(FieldType::Float)),
             ColumnMeta::new("usage_user", ColumnKind::Field(FieldType::Float)),
             ColumnMeta::new("usage_system", ColumnKind::Field(FieldType::Float)),
-        ],
+        ]
+        .into(),
         size_bytes: 1_000_000 + i,
         compaction: None,
     }

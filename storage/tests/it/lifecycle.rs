@@ -199,7 +199,8 @@ fn many_files(dir: &Path, n: u64, size: u64) -> Vec<quiver_storage::FileMeta> {
                     ColumnMeta::new("time", ColumnKind::Time),
                     ColumnMeta::new("host", ColumnKind::Tag),
                     ColumnMeta::new("v", ColumnKind::Field(FieldType::Float)),
-                ],
+                ]
+                .into(),
                 size_bytes: size,
                 compaction: None,
             }
