@@ -101,12 +101,14 @@ impl LogStore {
             read_durable(&dir.join(VOTE_FILE)).map_err(|e| write_err(ErrorSubject::Vote, e))?;
         let last_purged: Option<LogId> =
             read_durable(&dir.join(PURGED_FILE)).map_err(|e| write_err(ErrorSubject::Logs, e))?;
+        // Finish a purge a crash (or a failed fsync of the WAL's own marker) interrupted
+        // after it was recorded here. Also when the WAL holds no entry: an emptied WAL
+        // still expects the index after its own, older purge point, and openraft appends
+        // after this one. A purge the WAL already did is a no-op.
         if let Some(purged) = last_purged {
-            if wal.first_index().is_some_and(|first| first <= purged.index) {
-                wal.purge_to(purged.index)
-                    .await
-                    .map_err(|e| write_err(ErrorSubject::Logs, e))?;
-            }
+            wal.purge_to(purged.index)
+                .await
+                .map_err(|e| write_err(ErrorSubject::Logs, e))?;
         }
         let last_log_id = match wal.last_index() {
             Some(index) => {

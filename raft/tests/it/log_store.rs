@@ -115,3 +115,52 @@ async fn a_commit_hint_behind_the_snapshot_is_raised_to_it() {
         );
     }
 }
+
+/// The purge point is recorded (`raft-purged`) before the WAL purges; a WAL that failed
+/// its purge (an fsync error on its own marker, then a restart) is left behind that
+/// point. When the WAL was already empty, open used to skip finishing the purge, so
+/// openraft appended after the recorded point and the WAL refused it ("non-contiguous
+/// append: expected 10, got 21") at every restart: found by the cluster simulation.
+#[tokio::test]
+async fn a_purge_past_an_empty_wal_that_a_crash_interrupted_is_finished_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let before = tempfile::tempdir().unwrap();
+    let purge_to = |index| LogId::new(CommittedLeaderId::new(1, 1), index);
+    {
+        let mut store = open(dir.path()).await;
+        append(&mut store, (0..10).map(|i| entry(1, i)).collect()).await;
+        store.purge(purge_to(9)).await.unwrap();
+    }
+    copy_files(dir.path(), before.path());
+    {
+        // A snapshot up to 20 is installed; its purge is recorded and carried out...
+        let mut store = open(dir.path()).await;
+        store.purge(purge_to(20)).await.unwrap();
+    }
+    // ...but the WAL's part is undone: its files as they were, the record kept.
+    let record = std::fs::read(dir.path().join("raft-purged")).unwrap();
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        std::fs::remove_file(entry.unwrap().path()).unwrap();
+    }
+    copy_files(before.path(), dir.path());
+    std::fs::write(dir.path().join("raft-purged"), record).unwrap();
+
+    let mut store = open(dir.path()).await;
+    let state = store.get_log_state().await.unwrap();
+    assert_eq!(state.last_purged_log_id.map(|l| l.index), Some(20));
+    assert_eq!(state.last_log_id.map(|l| l.index), Some(20));
+    append(&mut store, vec![entry(2, 21), entry(2, 22)]).await;
+    drop(store);
+    let mut store = open(dir.path()).await;
+    let entries = store.try_get_log_entries(21..23).await.unwrap();
+    assert_eq!(entries, vec![entry(2, 21), entry(2, 22)]);
+}
+
+fn copy_files(from: &std::path::Path, to: &std::path::Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.path().is_file() {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+}

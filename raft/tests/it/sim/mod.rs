@@ -18,6 +18,7 @@
 //! ```text
 //! QUIVER_SIM_SEED=1234 cargo test --workspace --locked --test it sim:: -- --nocapture
 //! QUIVER_SIM_SEEDS=2000 QUIVER_SIM_STEPS=1000 cargo test --workspace --locked --test it sim::
+//! QUIVER_SIM_SEEDS=200 QUIVER_SIM_PARALLEL=6 cargo test --workspace --locked --test it sim::
 //! ```
 
 mod model;
@@ -26,6 +27,8 @@ mod node;
 mod plan;
 
 use std::time::{Duration, Instant};
+
+use futures::StreamExt;
 
 use quiver_raft::{CommandResult, WriteCommand, WriteError};
 use quiver_storage::EntryCompression;
@@ -38,6 +41,8 @@ use plan::{Step, NODES};
 /// Seeds each of the two tests runs by default (CI: 2 × 25 seeds, about four minutes on
 /// two cores; run thousands with `QUIVER_SIM_SEEDS`).
 const SEEDS_PER_TEST: u64 = 25;
+/// Seeds each test runs at once by default (`QUIVER_SIM_PARALLEL`).
+const PARALLEL: usize = 1;
 /// Steps per seed by default.
 const STEPS: usize = 150;
 /// Steps between checkpoints.
@@ -64,18 +69,28 @@ fn steps() -> usize {
     env_u64("QUIVER_SIM_STEPS").map_or(STEPS, |s| s as usize)
 }
 
+/// Runs `seeds`, `QUIVER_SIM_PARALLEL` at once (default one). A simulated cluster
+/// spends most of its time waiting on timers (about a tenth of a core), so several can
+/// share the cores, and the load that puts on timers is a fault model of its own: it
+/// found the interrupted-purge bug (`log_store::a_purge_past_an_empty_wal_...`). It
+/// also fails seeds not yet understood (see docs/operations.md), so CI runs them one
+/// at a time.
+async fn run_all(seeds: Vec<u64>) {
+    let parallel = env_u64("QUIVER_SIM_PARALLEL").map_or(PARALLEL, |p| p.max(1) as usize);
+    let steps = steps();
+    futures::stream::iter(seeds)
+        .for_each_concurrent(parallel, |seed| run(seed, steps))
+        .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn simulated_clusters_lose_and_duplicate_nothing_even_seeds() {
-    for seed in seeds(0) {
-        run(seed, steps()).await;
-    }
+    run_all(seeds(0)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn simulated_clusters_lose_and_duplicate_nothing_odd_seeds() {
-    for seed in seeds(1) {
-        run(seed, steps()).await;
-    }
+    run_all(seeds(1)).await;
 }
 
 struct Sim {

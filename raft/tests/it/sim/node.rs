@@ -149,7 +149,17 @@ impl SimNode {
             Crash::Power => self.disk.power_loss(PowerLoss::Torn),
             Crash::Wipe => {
                 self.disk = SimFs::new(self.seed ^ self.id ^ 0xdead);
-                std::fs::remove_dir_all(&self.dir).expect("wipe the node's directory");
+                // A thread outside the counted I/O (sled's flusher) may still create a
+                // file while the tree is removed ("directory not empty"); a dead
+                // process's threads would be gone, so try again until they are.
+                while let Err(e) = std::fs::remove_dir_all(&self.dir) {
+                    assert!(
+                        Instant::now() < released,
+                        "node {}: cannot wipe its directory: {e}",
+                        self.id
+                    );
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
             }
         }
     }
