@@ -318,20 +318,18 @@ const STORE_RETRY_MS_MAX: u64 = 10_000;
 /// be decided about the files before they can be seen, and a supervisor restarting the
 /// node in a loop would not help. Any other error ends the start.
 async fn open_storage(config: StorageConfig, files: quiver_storage::FileSet) -> Result<Storage> {
+    // Local disk is opened once, and takes the manifest (a million files, maybe)
+    // without a copy; only a bucket is waited for.
+    if config.object_store.is_none() {
+        return Storage::open_with(config, files)
+            .await
+            .context("opening storage");
+    }
     let mut wait_ms = 250;
-    // Only a bucket is tried more than once (see the match below); the manifest may list
-    // a million files, so local disk takes it without a copy.
-    let retried = config.object_store.is_some();
-    let mut files = files;
     loop {
-        let attempt = if retried {
-            files.clone()
-        } else {
-            std::mem::replace(&mut files, quiver_storage::FileSet::Nothing)
-        };
-        match Storage::open_with(config.clone(), attempt).await {
+        match Storage::open_with(config.clone(), files.clone()).await {
             Ok(storage) => return Ok(storage),
-            Err(quiver_storage::Error::ObjectStore(e)) if retried => {
+            Err(quiver_storage::Error::ObjectStore(e)) => {
                 tracing::error!(error = %e, retry_ms = wait_ms,
                     "cannot list the Parquet files in the bucket; trying again");
                 tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
