@@ -50,6 +50,8 @@ struct State {
     last_log_id: Option<LogId>,
     vote: Option<Vote>,
     committed: Option<LogId>,
+    /// The commit point recorded before the last stop, if the log still holds it.
+    commit_hint: Option<LogId>,
     /// Known committed without the hint: the newest snapshot's last entry.
     commit_floor: Option<LogId>,
     cache: BTreeMap<u64, (Entry, usize)>,
@@ -128,9 +130,9 @@ impl LogStore {
                 ))));
             }
         }
-        let committed_at_open = read_committed_file(dir)
-            .map(|c| c.index)
-            .filter(|&c| last_log_id.is_some_and(|l| c <= l.index));
+        let commit_hint = read_committed_file(dir)
+            .and_then(|hint| checked_commit_hint(&wal, hint, last_purged, last_log_id));
+        let committed_at_open = commit_hint.map(|c| c.index);
         tracing::info!(dir = %dir.display(), ?last_purged, ?last_log_id, ?committed_at_open, "raft log opened");
         Ok(LogStore {
             inner: Arc::new(Inner {
@@ -141,6 +143,7 @@ impl LogStore {
                     last_purged,
                     last_log_id,
                     vote,
+                    commit_hint,
                     ..Default::default()
                 }),
             }),
@@ -252,6 +255,47 @@ fn remove_durably(path: &Path) -> Result<(), Error> {
     Ok(())
 }
 
+/// The recorded commit point `hint`, if this log still holds the entry it names.
+/// openraft records a commit point as soon as the leader reports it, without waiting
+/// for the append that brought the entry to be flushed, and the file is written without
+/// fsync. After a crash the log can therefore end before the hint, or still hold an
+/// older term's entry at its index (the truncation and re-append were lost). Handing
+/// openraft that hint would make it apply, and treat as committed, an entry the leader
+/// overwrote: the cluster simulation found a follower doing exactly that (openraft's
+/// assertion `Some(log_id) <= self.committed()`). Without a hint the node applies up to
+/// its snapshot and learns the rest from the leader.
+fn checked_commit_hint(
+    wal: &Wal,
+    hint: LogId,
+    last_purged: Option<LogId>,
+    last_log_id: Option<LogId>,
+) -> Option<LogId> {
+    // Purged entries were applied, so committed: any hint at or before them is true.
+    if last_purged.is_some_and(|p| hint.index <= p.index) {
+        return Some(hint);
+    }
+    let held = if last_log_id.is_some_and(|l| hint.index <= l.index) {
+        wal.read_range(hint.index..hint.index + 1)
+            .ok()
+            .and_then(|records| records.into_iter().next())
+            .and_then(|(index, bytes)| decode(index, &bytes).ok())
+            .map(|entry| entry.log_id)
+    } else {
+        None
+    };
+    if held == Some(hint) {
+        return Some(hint);
+    }
+    tracing::warn!(
+        ?hint,
+        ?held,
+        ?last_log_id,
+        "the recorded commit point is not in the log (its append was lost in a crash); \
+         applying up to the snapshot and catching up from the leader"
+    );
+    None
+}
+
 fn read_committed_file(dir: &Path) -> Option<LogId> {
     match read_durable::<Option<LogId>>(&dir.join(COMMITTED_FILE)) {
         Ok(c) => c.flatten(),
@@ -322,16 +366,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
-        let committed = read_committed_file(&self.inner.dir);
-        let (last, floor) = {
+        let (committed, floor) = {
             let state = self.inner.state.lock();
-            (state.last_log_id, state.commit_floor)
-        };
-        // After a crash in batch mode the log may end before the recorded commit point.
-        let committed = match (committed, last) {
-            (Some(c), Some(l)) if c.index > l.index => Some(l),
-            (Some(_), None) => None,
-            (c, _) => c,
+            (state.commit_hint, state.commit_floor)
         };
         // Everything in the snapshot was committed, but the hint is written without fsync
         // and not at all when a snapshot is installed: a node that caught up by snapshot

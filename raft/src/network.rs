@@ -192,9 +192,14 @@ impl HttpPeer {
                 target: self.target,
                 timeout: ttl.max(Duration::from_millis(1)),
             }),
-            PeerError::Unreachable { .. } | PeerError::Refused { .. } => {
-                RPCError::Unreachable(Unreachable::new(e))
-            }
+            // 503: the peer is up but takes nothing now (a node that lost its data and
+            // waits for its peers' votes); openraft backs off only from an unreachable
+            // peer, and would otherwise retry at once, in a tight loop.
+            PeerError::Unreachable { .. }
+            | PeerError::Refused { .. }
+            | PeerError::Protocol {
+                status: Some(503), ..
+            } => RPCError::Unreachable(Unreachable::new(e)),
             PeerError::Protocol { .. } => RPCError::Network(NetworkError::new(e)),
         }
     }

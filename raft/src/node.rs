@@ -8,13 +8,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
-use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse};
+use openraft::error::{CheckIsLeaderError, ClientWriteError, InstallSnapshotError, RaftError};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+};
 use openraft::{BasicNode, ChangeMembers, ServerState, SnapshotPolicy};
 use quiver_storage::Storage;
 use quiver_wal::{Wal, WalConfig};
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 use crate::command::{Command, CommandResult, FlushCommand, WriteCommand};
 use crate::error::{Error, WriteError};
@@ -24,8 +27,8 @@ use crate::network::{HttpNetworkFactory, ReplicationLimits};
 use crate::peer_client::{PeerClient, PeerError, PeerTls};
 use crate::recovery::Recovered;
 use crate::state_machine::StateMachine;
-use crate::types::{NodeId, Raft, TypeConfig};
-use crate::vote_barrier::VoteBarrier;
+use crate::types::{NodeId, Raft, TypeConfig, Vote};
+use crate::vote_barrier::{EntriesVerdict, VoteBarrier};
 
 /// A leader that has not heard from a quorum for this many maximal election timeouts
 /// is treated as cut off: it refuses writes (503) and reports itself unready.
@@ -178,6 +181,10 @@ pub struct PeerState {
     pub last_log_index: Option<u64>,
     /// The voters it knows.
     pub voters: Vec<NodeId>,
+    /// Its vote: a node that lost its own learns from these which leaders are stale
+    /// (see `VoteBarrier`). Absent from a peer too old to report it.
+    #[serde(default)]
+    pub vote: Option<Vote>,
 }
 
 impl RaftNode {
@@ -284,7 +291,7 @@ impl RaftNode {
             // its data, or it never stored an entry before it stopped. In the first two
             // cases it must not vote until the peers tell which.
             if !known {
-                barrier.close()?;
+                barrier.close_lost_vote()?;
             }
             bootstrap_pending = true;
         }
@@ -305,6 +312,16 @@ impl RaftNode {
 
     /// Whether this node may grant a vote now (see [`VoteBarrier`]).
     pub fn may_vote(&self) -> Result<(), String> {
+        // The barrier learns the log's end after each AppendEntries, from metrics that
+        // may lag the append they follow; with no later AppendEntries (the leader gone)
+        // it would wait forever for a log it already has.
+        let last = self.raft.metrics().borrow().last_log_index;
+        match self.barrier.observe_log(last) {
+            Ok(true) => tracing::info!(last_log_index = ?last,
+                "caught up with the cluster: this node votes again"),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot open the vote barrier"),
+        }
         match self.barrier.refusal() {
             Some(reason) => {
                 metrics::counter!("quiver_votes_refused_total").increment(1);
@@ -323,7 +340,36 @@ impl RaftNode {
             initialized: !voters.is_empty(),
             last_log_index: m.last_log_index,
             voters,
+            vote: Some(m.vote),
         }
+    }
+
+    /// Whether this node takes entries or snapshot chunks from a leader now: not while
+    /// it lost its vote and has not heard every peer's (see [`VoteBarrier`]). The
+    /// internal routes answer 503 with the reason, as for a refused vote.
+    pub fn may_take_entries(&self, leader_vote: &Vote) -> Result<(), String> {
+        match self.barrier.entries_verdict(leader_vote) {
+            EntriesVerdict::NotYet(reason) => {
+                metrics::counter!("quiver_entries_refused_total").increment(1);
+                Err(reason)
+            }
+            EntriesVerdict::Take | EntriesVerdict::Stale(_) => Ok(()),
+        }
+    }
+
+    /// Takes a snapshot chunk from the leader (the `/internal/raft/snapshot` handler).
+    /// A leader older than a vote the peers hold is answered with that vote instead,
+    /// when this node lost its own (see [`VoteBarrier`]).
+    pub async fn install_snapshot(
+        &self,
+        request: InstallSnapshotRequest<TypeConfig>,
+    ) -> Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>> {
+        if let EntriesVerdict::Stale(floor) = self.barrier.entries_verdict(&request.vote) {
+            tracing::warn!(leader_vote = %request.vote, %floor,
+                "refused a snapshot from a stale leader (a peer holds a newer vote)");
+            return Ok(InstallSnapshotResponse { vote: floor });
+        }
+        self.raft.install_snapshot(request).await
     }
 
     /// Takes an AppendEntries from the leader (the `/internal/raft/append` handler): the
@@ -332,6 +378,11 @@ impl RaftNode {
         &self,
         request: AppendEntriesRequest<TypeConfig>,
     ) -> Result<AppendEntriesResponse<NodeId>, openraft::error::RaftError<NodeId>> {
+        if let EntriesVerdict::Stale(floor) = self.barrier.entries_verdict(&request.vote) {
+            tracing::warn!(leader_vote = %request.vote, %floor,
+                "refused entries from a stale leader (a peer holds a newer vote)");
+            return Ok(AppendEntriesResponse::HigherVote(floor));
+        }
         let leader_term = request.vote.leader_id().term;
         let leader_commit = request.leader_commit.map(|l| (l.leader_id.term, l.index));
         if let Err(e) = self
@@ -705,15 +756,24 @@ impl RaftNode {
         }
     }
 
-    /// Starts the background duties; they end when Raft shuts down.
+    /// Starts the background duties; they end when Raft shuts down. They log in the
+    /// caller's span, as openraft's own tasks do (the simulation tells its clusters
+    /// apart by it).
     pub fn spawn_background(&self) -> Vec<JoinHandle<()>> {
         let mut tasks = vec![
-            tokio::spawn(self.clone().persist_loop()),
-            tokio::spawn(self.clone().flush_policy_loop()),
-            tokio::spawn(self.clone().compaction_loop()),
+            tokio::spawn(self.clone().persist_loop().in_current_span()),
+            tokio::spawn(self.clone().flush_policy_loop().in_current_span()),
+            tokio::spawn(self.clone().compaction_loop().in_current_span()),
         ];
         if self.bootstrap_pending.load(Ordering::Relaxed) {
-            tasks.push(tokio::spawn(self.clone().bootstrap_loop()));
+            tasks.push(tokio::spawn(
+                self.clone().bootstrap_loop().in_current_span(),
+            ));
+        }
+        if self.barrier.awaits_vote_floor() {
+            tasks.push(tokio::spawn(
+                self.clone().vote_floor_loop().in_current_span(),
+            ));
         }
         tasks
     }
@@ -791,6 +851,60 @@ impl RaftNode {
                     majority,
                     "waiting for a majority of cluster.peers to form the cluster"
                 );
+            }
+            if self.raft.metrics().borrow().running_state.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(BOOTSTRAP_PROBE_INTERVAL_MS)).await;
+        }
+    }
+
+    /// A node that lost its vote with its data asks every peer for its vote until all
+    /// have answered, and records the newest as the oldest leader term it takes entries
+    /// from (see [`VoteBarrier`]). Ends early if the barrier opens (the cluster was
+    /// forming) or Raft stops.
+    async fn vote_floor_loop(self) {
+        let mut rounds: u64 = 0;
+        while self.barrier.awaits_vote_floor() {
+            rounds += 1;
+            let mut newest: Option<Vote> = None;
+            let mut silent = Vec::new();
+            let others = self
+                .config
+                .peers
+                .iter()
+                .filter(|(id, _)| *id != self.config.node_id);
+            for (id, addr) in others {
+                let timeout = Duration::from_millis(BOOTSTRAP_PROBE_TIMEOUT_MS);
+                let answer: Result<PeerState, PeerError> =
+                    self.peers.get(addr, PEER_STATE_PATH, timeout).await;
+                match answer {
+                    Ok(PeerState {
+                        vote: Some(vote), ..
+                    }) => {
+                        if newest.is_none_or(|n| vote.leader_id().term > n.leader_id().term) {
+                            newest = Some(vote);
+                        }
+                    }
+                    Ok(_) => silent.push((*id, "does not report its vote".to_string())),
+                    Err(e) => silent.push((*id, e.to_string())),
+                }
+            }
+            if silent.is_empty() {
+                let floor = newest.unwrap_or_default();
+                match self.barrier.set_vote_floor(floor) {
+                    Ok(()) => {
+                        tracing::info!(node_id = self.config.node_id, %floor,
+                            "heard every peer's vote: taking entries from leaders of term {} or later",
+                            floor.leader_id().term);
+                        return;
+                    }
+                    Err(e) => tracing::error!(error = %e, "cannot record the vote floor; retrying"),
+                }
+            } else if rounds % BOOTSTRAP_LOG_EVERY_ROUNDS == 1 {
+                tracing::warn!(node_id = self.config.node_id, waiting_for = ?silent,
+                    "this node lost its data and its vote: it takes no entries until every \
+                     peer has told it its vote");
             }
             if self.raft.metrics().borrow().running_state.is_err() {
                 return;

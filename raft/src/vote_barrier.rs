@@ -11,6 +11,16 @@
 //! committed entry precedes it, so the node then holds all of them. The node still
 //! accepts entries (and counts towards commits) meanwhile; only its vote waits.
 //!
+//! A node that lost its data lost its vote with it, and a vote is a promise: having
+//! voted in term T, the node refuses leaders of older terms. Forgetting it, the node
+//! would accept entries from a stale leader (one partitioned away while a later term
+//! elected someone else) and count towards that leader's majority: two leaders then
+//! commit different entries at the same index, and acknowledged writes are lost (the
+//! simulation did this: a wiped node, acked by a leader of term 1 after term 2 had
+//! committed). So such a node takes no entries until it has heard the vote of every
+//! peer, and then refuses leaders older than the newest of those votes: whoever it
+//! voted for holds a vote at least that new, since a candidate votes for itself.
+//!
 //! The closed state is persisted (`raft-vote-barrier` beside the log), so a node that
 //! crashes while catching up, with a partial log, does not come back as a full voter.
 //!
@@ -27,6 +37,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::durable_file::{read_durable, write_durable, DurableFileError};
+use crate::types::Vote;
 
 const BARRIER_FILE: &str = "raft-vote-barrier";
 /// Written (fsynced) the first time a node starts on a log directory: present, the
@@ -39,6 +50,25 @@ const NODE_FILE: &str = "raft-node";
 struct Closed {
     /// The log index to reach, once a leader has named one.
     catch_up_to: Option<u64>,
+    /// The node lost its vote with its data: it takes entries only from leaders at
+    /// least as new as `vote_floor`, and none until that is known.
+    #[serde(default)]
+    vote_lost: bool,
+    /// The newest vote any peer held when asked (all of them answered).
+    #[serde(default)]
+    vote_floor: Option<Vote>,
+}
+
+/// Whether this node takes entries (AppendEntries, snapshot chunks) from a leader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntriesVerdict {
+    /// Take them.
+    Take,
+    /// Not yet: the node lost its vote and has not heard every peer's yet. The reason.
+    NotYet(String),
+    /// The leader is older than a vote a peer holds: answer with that vote, so the
+    /// stale leader steps down.
+    Stale(Vote),
 }
 
 /// See the module documentation.
@@ -88,6 +118,65 @@ impl VoteBarrier {
         write_durable(&self.path, &state, true)?;
         *closed = Some(state);
         Ok(())
+    }
+
+    /// Closes the barrier of a node that lost its vote with its data (see the module
+    /// documentation): besides not voting, it takes no entries until
+    /// [`VoteBarrier::set_vote_floor`].
+    pub fn close_lost_vote(&self) -> Result<(), DurableFileError> {
+        let mut closed = self.closed.lock();
+        let state = Closed {
+            vote_lost: true,
+            ..closed.unwrap_or_default()
+        };
+        write_durable(&self.path, &state, true)?;
+        *closed = Some(state);
+        Ok(())
+    }
+
+    /// Whether the node waits to hear every peer's vote before taking entries.
+    pub fn awaits_vote_floor(&self) -> bool {
+        self.closed
+            .lock()
+            .is_some_and(|c| c.vote_lost && c.vote_floor.is_none())
+    }
+
+    /// Records the newest vote the peers hold (every peer answered), durably.
+    pub fn set_vote_floor(&self, floor: Vote) -> Result<(), DurableFileError> {
+        let mut closed = self.closed.lock();
+        let Some(state) = closed.as_mut() else {
+            return Ok(());
+        };
+        let next = Closed {
+            vote_floor: Some(floor),
+            ..*state
+        };
+        write_durable(&self.path, &next, true)?;
+        *state = next;
+        Ok(())
+    }
+
+    /// Whether to take entries from a leader holding `leader_vote`.
+    pub fn entries_verdict(&self, leader_vote: &Vote) -> EntriesVerdict {
+        match *self.closed.lock() {
+            Some(Closed {
+                vote_lost: true,
+                vote_floor: None,
+                ..
+            }) => EntriesVerdict::NotYet(
+                "this node lost its data and its vote: it takes entries once every peer \
+                 has told it its vote"
+                    .to_string(),
+            ),
+            Some(Closed {
+                vote_lost: true,
+                vote_floor: Some(floor),
+                ..
+            }) if leader_vote.leader_id().term < floor.leader_id().term => {
+                EntriesVerdict::Stale(floor)
+            }
+            _ => EntriesVerdict::Take,
+        }
     }
 
     /// Opens the barrier: a fresh cluster is forming, or this node has caught up.
@@ -146,6 +235,7 @@ impl VoteBarrier {
             Some((term, index)) if term == leader_term => {
                 let next = Closed {
                     catch_up_to: Some(index),
+                    ..*state
                 };
                 write_durable(&self.path, &next, true)?;
                 *state = next;
@@ -164,6 +254,7 @@ impl VoteBarrier {
                 (
                     Some(Closed {
                         catch_up_to: Some(target),
+                        ..
                     }),
                     Some(last),
                 ) => last >= target,
@@ -198,5 +289,41 @@ mod tests {
         assert!(reloaded.observe_log(Some(120)).unwrap());
         assert!(reloaded.refusal().is_none());
         assert!(VoteBarrier::load(dir.path()).unwrap().refusal().is_none());
+    }
+
+    #[test]
+    fn a_node_that_lost_its_vote_takes_entries_only_from_leaders_as_new_as_its_peers_votes() {
+        let vote = |term| Vote::new_committed(term, 2);
+        let dir = tempfile::tempdir().unwrap();
+        let barrier = VoteBarrier::load(dir.path()).unwrap();
+        assert_eq!(barrier.entries_verdict(&vote(1)), EntriesVerdict::Take);
+        // A barrier closed for an erased log (the vote kept) takes entries.
+        barrier.close().unwrap();
+        assert_eq!(barrier.entries_verdict(&vote(1)), EntriesVerdict::Take);
+        assert!(!barrier.awaits_vote_floor());
+        barrier.close_lost_vote().unwrap();
+        assert!(barrier.awaits_vote_floor());
+        assert!(matches!(
+            barrier.entries_verdict(&vote(9)),
+            EntriesVerdict::NotYet(_)
+        ));
+        barrier.set_vote_floor(vote(2)).unwrap();
+        let reloaded = VoteBarrier::load(dir.path()).unwrap();
+        assert!(!reloaded.awaits_vote_floor());
+        assert_eq!(
+            reloaded.entries_verdict(&Vote::new_committed(1, 3)),
+            EntriesVerdict::Stale(vote(2))
+        );
+        assert_eq!(reloaded.entries_verdict(&vote(2)), EntriesVerdict::Take);
+        // Catching up keeps the floor; opening ends it.
+        assert!(reloaded.observe_leader_commit(3, Some((3, 10))).unwrap());
+        assert_eq!(
+            VoteBarrier::load(dir.path())
+                .unwrap()
+                .entries_verdict(&vote(1)),
+            EntriesVerdict::Stale(vote(2))
+        );
+        assert!(reloaded.observe_log(Some(10)).unwrap());
+        assert_eq!(reloaded.entries_verdict(&vote(1)), EntriesVerdict::Take);
     }
 }

@@ -102,6 +102,9 @@ pub async fn append(State(app): State<AppState>, headers: HeaderMap, body: Body)
             Ok(r) => r,
             Err(response) => return response,
         };
+    if let Err(reason) = app.node.may_take_entries(&request.vote) {
+        return (StatusCode::SERVICE_UNAVAILABLE, reason).into_response();
+    }
     encode(&app.node.append_entries(request).await)
 }
 
@@ -132,7 +135,10 @@ pub async fn snapshot(State(app): State<AppState>, headers: HeaderMap, body: Bod
         Ok(r) => r,
         Err(response) => return response,
     };
-    encode(&app.node.raft.install_snapshot(request).await)
+    if let Err(reason) = app.node.may_take_entries(&request.vote) {
+        return (StatusCode::SERVICE_UNAVAILABLE, reason).into_response();
+    }
+    encode(&app.node.install_snapshot(request).await)
 }
 
 /// `POST /internal/forward`: a follower's request for the leader. A forwarded write

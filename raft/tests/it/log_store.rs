@@ -116,6 +116,48 @@ async fn a_commit_hint_behind_the_snapshot_is_raised_to_it() {
     }
 }
 
+/// openraft records a commit point as soon as the leader reports it, before the append
+/// that brought the entry is flushed. After a crash the log may end before it, or hold
+/// an older term's entry at its index; that hint must not reach openraft (it would
+/// apply an entry the leader overwrote). Found by the simulation: a follower stopped
+/// at openraft's assertion `Some(log_id) <= self.committed()` at every restart.
+#[tokio::test]
+async fn a_commit_hint_the_log_does_not_hold_is_not_trusted() {
+    let id = |term, index| LogId::new(CommittedLeaderId::new(term, 1), index);
+    // (hint, what the node may take as committed at start)
+    let cases = [
+        (id(1, 3), Some(id(1, 3))),
+        (id(2, 4), None), // the log holds (1, 4): the leader's (2, 4) was lost
+        (id(2, 8), None), // the log ends at 5
+    ];
+    for (hint, expected) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut store = open(dir.path()).await;
+            append(&mut store, (0..6).map(|i| entry(1, i)).collect()).await;
+            store.save_committed(Some(hint)).await.unwrap();
+        }
+        let mut store = open(dir.path()).await;
+        assert_eq!(
+            store.read_committed().await.unwrap(),
+            expected,
+            "hint {hint:?}"
+        );
+        assert_eq!(
+            store.committed_at_open(),
+            expected.map(|c| c.index),
+            "hint {hint:?}"
+        );
+        let floor = id(1, 2);
+        store.set_commit_floor(Some(floor));
+        assert_eq!(
+            store.read_committed().await.unwrap(),
+            Some(expected.map_or(floor, |e| e.max(floor))),
+            "hint {hint:?} with a snapshot"
+        );
+    }
+}
+
 /// The purge point is recorded (`raft-purged`) before the WAL purges; a WAL that failed
 /// its purge (an fsync error on its own marker, then a restart) is left behind that
 /// point. When the WAL was already empty, open used to skip finishing the purge, so

@@ -3,16 +3,20 @@
 //! the fuzzer ever kept, and every crash it found once committed there, is checked on
 //! every `cargo test`, without a nightly compiler or libFuzzer.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Corpus files above this size are a mistake (libFuzzer's default `-max_len` is 4 KiB);
 /// refuse them rather than spend minutes on one.
 const CORPUS_FILE_BYTES_MAX: u64 = 1024 * 1024;
 
 fn corpus(target: &str) -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fuzz/corpus")
-        .join(target);
+    // `cargo test` names the package directory at run time; the compiled-in path is
+    // wrong when the same target directory served a checkout elsewhere (cargo then
+    // reuses this binary, built there, as fresh).
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    let dir = manifest_dir.join("../fuzz/corpus").join(target);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("corpus {}: {e}", dir.display()))
         .map(|entry| entry.expect("corpus entry").path())

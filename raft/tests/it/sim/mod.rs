@@ -29,6 +29,7 @@ mod plan;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use tracing::Instrument;
 
 use quiver_raft::{CommandResult, WriteCommand, WriteError};
 use quiver_storage::EntryCompression;
@@ -62,7 +63,8 @@ fn seeds(part: u64) -> Vec<u64> {
         return if part == 0 { vec![seed] } else { Vec::new() };
     }
     let count = env_u64("QUIVER_SIM_SEEDS").unwrap_or(2 * SEEDS_PER_TEST);
-    (0..count).filter(|s| s % 2 == part).collect()
+    let first = env_u64("QUIVER_SIM_FIRST").unwrap_or(0);
+    (first..first + count).filter(|s| s % 2 == part).collect()
 }
 
 fn steps() -> usize {
@@ -79,7 +81,9 @@ async fn run_all(seeds: Vec<u64>) {
     let parallel = env_u64("QUIVER_SIM_PARALLEL").map_or(PARALLEL, |p| p.max(1) as usize);
     let steps = steps();
     futures::stream::iter(seeds)
-        .for_each_concurrent(parallel, |seed| run(seed, steps))
+        .for_each_concurrent(parallel, |seed| {
+            run(seed, steps).instrument(tracing::info_span!("sim", seed))
+        })
         .await;
 }
 

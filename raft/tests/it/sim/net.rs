@@ -18,6 +18,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tracing::Instrument;
 
 /// What one direction of a link between two nodes does to calls.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -31,8 +32,8 @@ pub struct LinkState {
 }
 
 struct Net {
-    /// Running nodes by address.
-    nodes: HashMap<String, (NodeId, RaftNode)>,
+    /// Running nodes by address, with the span their work logs in.
+    nodes: HashMap<String, (NodeId, RaftNode, tracing::Span)>,
     /// Link state by (from, to).
     links: HashMap<(NodeId, NodeId), LinkState>,
     rng: StdRng,
@@ -63,9 +64,12 @@ impl SimNet {
         })
     }
 
-    /// `node` answers at `addr` from now on.
-    pub fn attach(&self, addr: &str, id: NodeId, node: RaftNode) {
-        self.net.lock().nodes.insert(addr.to_string(), (id, node));
+    /// `node` answers at `addr` from now on, logging in `span`.
+    pub fn attach(&self, addr: &str, id: NodeId, node: RaftNode, span: tracing::Span) {
+        self.net
+            .lock()
+            .nodes
+            .insert(addr.to_string(), (id, node, span));
     }
 
     /// Nothing answers at `addr` any more (the process is gone).
@@ -118,7 +122,7 @@ impl PeerTransport for SimLink {
         );
         Box::pin(async move {
             let target = net.net.lock().nodes.get(&addr).cloned();
-            let Some((to, node)) = target else {
+            let Some((to, node, span)) = target else {
                 return Err(PeerError::Refused {
                     addr,
                     message: "connection refused (the node is down)".into(),
@@ -136,12 +140,15 @@ impl PeerTransport for SimLink {
             if link.delay_ms > 0 {
                 tokio::time::sleep(Duration::from_millis(link.delay_ms)).await;
             }
-            let answer = tokio::time::timeout(timeout, dispatch(&node, &path, body.as_deref()))
-                .await
-                .map_err(|_| PeerError::Timeout {
-                    addr: addr.clone(),
-                    ms: timeout.as_millis() as u64,
-                })?;
+            // Logged as the node that handles it, not the one that asked.
+            let handled = dispatch(&node, &path, body.as_deref()).instrument(span);
+            let answer =
+                tokio::time::timeout(timeout, handled)
+                    .await
+                    .map_err(|_| PeerError::Timeout {
+                        addr: addr.clone(),
+                        ms: timeout.as_millis() as u64,
+                    })?;
             let back = net.link(to, from);
             if back.cut || net.lose_answer(link) {
                 return Err(PeerError::Unreachable {
@@ -173,6 +180,8 @@ async fn dispatch(node: &RaftNode, path: &str, body: Option<&[u8]>) -> Answer {
     match path {
         raft_paths::APPEND => {
             let request: AppendEntriesRequest<TypeConfig> = decode(body)?;
+            node.may_take_entries(&request.vote)
+                .map_err(|reason| (503, reason))?;
             encode(&node.append_entries(request).await)
         }
         raft_paths::VOTE => {
@@ -182,7 +191,9 @@ async fn dispatch(node: &RaftNode, path: &str, body: Option<&[u8]>) -> Answer {
         }
         raft_paths::SNAPSHOT => {
             let request: InstallSnapshotRequest<TypeConfig> = decode(body)?;
-            encode(&node.raft.install_snapshot(request).await)
+            node.may_take_entries(&request.vote)
+                .map_err(|reason| (503, reason))?;
+            encode(&node.install_snapshot(request).await)
         }
         FORWARD_PATH => {
             let request: LeaderRequest = decode(body)?;

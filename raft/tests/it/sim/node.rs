@@ -14,6 +14,7 @@ use quiver_storage::{Storage, StorageConfig};
 use quiver_wal::testing::{PowerLoss, SimFs};
 use quiver_wal::{SyncMode, WalConfig};
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 use super::net::SimNet;
 
@@ -91,20 +92,27 @@ impl SimNode {
         std::fs::create_dir_all(self.wal_dir()).expect("create the WAL directory");
         let recovered =
             Recovered::load(&self.data_dir(), &self.wal_dir()).expect("read the newest snapshot");
-        let storage = Arc::new(
-            Storage::open_with(self.storage_config(), recovered.file_set(true))
-                .await
-                .expect("open storage"),
-        );
         let seams = Seams {
             wal_fs: Some(Arc::new(self.disk.clone())),
             transport: Some(net.link_from(self.id)),
         };
-        let node = RaftNode::start_with(self.raft_config(), storage.clone(), recovered, seams)
-            .await
-            .expect("start raft");
-        let tasks = node.spawn_background();
-        net.attach(&self.addr, self.id, node.clone());
+        // Everything the node spawns logs in this span (with the seed's around it).
+        let span = tracing::info_span!("node", id = self.id);
+        let (storage, node, tasks) = async {
+            let storage = Arc::new(
+                Storage::open_with(self.storage_config(), recovered.file_set(true))
+                    .await
+                    .expect("open storage"),
+            );
+            let node = RaftNode::start_with(self.raft_config(), storage.clone(), recovered, seams)
+                .await
+                .expect("start raft");
+            let tasks = node.spawn_background();
+            (storage, node, tasks)
+        }
+        .instrument(span.clone())
+        .await;
+        net.attach(&self.addr, self.id, node.clone(), span);
         self.running = Some(Running {
             node,
             storage,
