@@ -179,6 +179,77 @@ async fn a_wiped_voter_refuses_votes_while_behind() {
     }
 }
 
+/// A wiped node forgot the vote it had granted; taking entries from a stale leader, it
+/// could make that leader's majority while a newer term commits elsewhere. So it takes
+/// none until every peer has told it its vote (found by the cluster simulation).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_wiped_voter_takes_entries_only_after_hearing_every_peers_vote() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = start(specs(dir.path(), 3, &[])).await;
+    let lead = leader(&nodes, &[0, 1, 2]).await;
+    write_batches(&nodes[lead], 0..5).await;
+    let wiped = (lead + 1) % 3;
+    let other = (lead + 2) % 3;
+    nodes[wiped].kill();
+    nodes[other].kill();
+    std::fs::remove_dir_all(&nodes[wiped].spec.data_dir).unwrap();
+    // The log file outlives the data directory: read only this start's lines.
+    let since = nodes[wiped].log().len();
+    nodes[wiped].respawn();
+    // With a peer silent, entries from anyone (here, a term-99 leader) are refused.
+    let append = json!({"vote": {"leader_id": {"term": 99, "node_id": lead + 1}, "committed": true},
+                        "prev_log_id": null, "leader_commit": null, "entries": []});
+    let body = rmp_serde::to_vec_named(&append).unwrap();
+    nodes[wiped]
+        .wait_for(
+            "the wiped node to refuse entries",
+            Duration::from_secs(30),
+            || async {
+                let r = nodes[wiped]
+                    .client
+                    .post(format!("{}/internal/raft/append", nodes[wiped].url))
+                    .header("x-quiver-cluster-secret", SECRET)
+                    .body(body.clone())
+                    .send()
+                    .await;
+                match r {
+                    Ok(r) => {
+                        let status = r.status().as_u16();
+                        let text = r.text().await.unwrap_or_default();
+                        status == 503 && text.contains("every peer")
+                    }
+                    Err(_) => false,
+                }
+            },
+        )
+        .await;
+    assert!(
+        !nodes[wiped].log()[since..].contains("heard every peer's vote"),
+        "a vote floor learned with a peer down"
+    );
+    // Once the last peer answers, it learns the newest vote, catches up and votes.
+    nodes[other].respawn();
+    nodes[wiped]
+        .wait_for(
+            "the wiped node to hear every peer's vote",
+            Duration::from_secs(60),
+            || async { nodes[wiped].log()[since..].contains("heard every peer's vote") },
+        )
+        .await;
+    nodes[wiped]
+        .wait_for(
+            "the wiped node to catch up",
+            Duration::from_secs(60),
+            || async { nodes[wiped].log()[since..].contains("this node votes again") },
+        )
+        .await;
+    let lead = leader(&nodes, &[0, 1, 2]).await;
+    write_batches(&nodes[lead], 5..8).await;
+    let commit = nodes[lead].status().await["commit_index"].as_u64().unwrap();
+    applied(&nodes[wiped], commit).await;
+    assert_eq!(content(&nodes[wiped]).await, content(&nodes[lead]).await);
+}
+
 /// A TCP proxy that forwards to `target` at about `bytes_per_s` in each direction per
 /// connection: a slow network link between nodes.
 async fn slow_link(target: SocketAddr, bytes_per_s: usize) -> u16 {
