@@ -156,6 +156,26 @@ impl LogStore {
         self.inner.state.lock().commit_floor = snapshot_last;
     }
 
+    /// Makes a node that led before it stopped start as a follower. openraft resumes
+    /// leadership at start when the saved vote is its own and committed, in the same
+    /// term; but a leader sends entries before its own fsync covers them, so a crash
+    /// can lose entries followers already hold. Leading again in that term, it would
+    /// write other entries under the same log ids, and a follower, its log matching
+    /// by id, would keep the old ones: replicas that differ at one index (the cluster
+    /// simulation found a follower holding a batch in place of an acknowledged one).
+    /// With the vote uncommitted (the same term and candidate, so it still refuses
+    /// other candidates of that term), the node must win a new term first, and a new
+    /// term's entries overwrite what the crash orphaned. Call before Raft starts.
+    pub fn forget_own_leadership(&self, node_id: u64) {
+        let mut state = self.inner.state.lock();
+        if let Some(vote) = state.vote {
+            if vote.is_committed() && vote.leader_id().voted_for() == Some(node_id) {
+                tracing::info!(%vote, "led before the stop: starts as a follower and leads again only in a new term");
+                state.vote = Some(Vote::new(vote.leader_id().term, node_id));
+            }
+        }
+    }
+
     /// The commit index recorded before the last stop: what must be applied again
     /// before the node is ready.
     pub fn committed_at_open(&self) -> Option<u64> {

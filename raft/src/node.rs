@@ -225,6 +225,9 @@ impl RaftNode {
         let wal = Wal::open_with_fs(config.wal.clone(), wal_fs)?;
         let log = LogStore::open(wal, &wal_dir).await?;
         log.set_commit_floor(recovered.snapshot_last_log_id());
+        if config.peers.len() > 1 {
+            log.forget_own_leadership(config.node_id);
+        }
         let peers = match seams.transport {
             Some(transport) => PeerClient::over(transport, &config.secret),
             None => PeerClient::new(&config.secret, &config.peer_tls)?,

@@ -158,6 +158,28 @@ async fn a_commit_hint_the_log_does_not_hold_is_not_trusted() {
     }
 }
 
+/// A node that led before a crash may have lost entries its followers hold; leading
+/// again in the same term it would write others under the same log ids. So a node
+/// whose saved vote is its own, committed, starts with it uncommitted (same term, same
+/// candidate) and must win a new term. Found by the cluster simulation (seed 193).
+#[tokio::test]
+async fn a_former_leader_starts_without_its_leadership() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut store = open(dir.path()).await;
+        store.save_vote(&Vote::new_committed(7, 1)).await.unwrap();
+    }
+    let mut store = open(dir.path()).await;
+    store.forget_own_leadership(2);
+    assert_eq!(
+        store.read_vote().await.unwrap(),
+        Some(Vote::new_committed(7, 1)),
+        "another node's leadership is kept"
+    );
+    store.forget_own_leadership(1);
+    assert_eq!(store.read_vote().await.unwrap(), Some(Vote::new(7, 1)));
+}
+
 /// The purge point is recorded (`raft-purged`) before the WAL purges; a WAL that failed
 /// its purge (an fsync error on its own marker, then a restart) is left behind that
 /// point. When the WAL was already empty, open used to skip finishing the purge, so
