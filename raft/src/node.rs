@@ -793,16 +793,8 @@ impl RaftNode {
             rounds += 1;
             let mut fresh = 1usize; // this node
             let mut existing: Option<PeerState> = None;
-            let others = self
-                .config
-                .peers
-                .iter()
-                .filter(|(id, _)| *id != self.config.node_id);
-            for (id, addr) in others {
-                let timeout = Duration::from_millis(BOOTSTRAP_PROBE_TIMEOUT_MS);
-                let answer: Result<PeerState, PeerError> =
-                    self.peers.get(addr, PEER_STATE_PATH, timeout).await;
-                match answer {
+            for (id, addr) in self.other_peers() {
+                match self.peer_state_of(addr).await {
                     Ok(state) if state.last_log_index.is_some_and(|l| l > 0) => {
                         existing = Some(state);
                         break;
@@ -862,6 +854,20 @@ impl RaftNode {
         }
     }
 
+    /// The voters of `cluster.peers` other than this node.
+    fn other_peers(&self) -> impl Iterator<Item = &(NodeId, String)> {
+        self.config
+            .peers
+            .iter()
+            .filter(|(id, _)| *id != self.config.node_id)
+    }
+
+    /// Asks the peer at `addr` what it holds (`GET /internal/state`).
+    async fn peer_state_of(&self, addr: &str) -> Result<PeerState, PeerError> {
+        let timeout = Duration::from_millis(BOOTSTRAP_PROBE_TIMEOUT_MS);
+        self.peers.get(addr, PEER_STATE_PATH, timeout).await
+    }
+
     /// A node that lost its vote with its data asks every peer for its vote until all
     /// have answered, and records the newest as the oldest leader term it takes entries
     /// from (see [`VoteBarrier`]). Ends early if the barrier opens (the cluster was
@@ -872,16 +878,8 @@ impl RaftNode {
             rounds += 1;
             let mut newest: Option<Vote> = None;
             let mut silent = Vec::new();
-            let others = self
-                .config
-                .peers
-                .iter()
-                .filter(|(id, _)| *id != self.config.node_id);
-            for (id, addr) in others {
-                let timeout = Duration::from_millis(BOOTSTRAP_PROBE_TIMEOUT_MS);
-                let answer: Result<PeerState, PeerError> =
-                    self.peers.get(addr, PEER_STATE_PATH, timeout).await;
-                match answer {
+            for (id, addr) in self.other_peers() {
+                match self.peer_state_of(addr).await {
                     Ok(PeerState {
                         vote: Some(vote), ..
                     }) => {

@@ -9,7 +9,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::cluster_support::{applied, content, leader, specs, start, write_batches, SECRET};
-use crate::common::{batch_payload, free_port};
+use crate::common::{batch_payload, free_port, Node};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_write_to_a_leader_cut_off_from_its_quorum_ends_within_its_deadline() {
@@ -146,23 +146,7 @@ async fn a_wiped_voter_refuses_votes_while_behind() {
         .wait_for(
             "the wiped node to refuse a vote",
             Duration::from_secs(30),
-            || async {
-                let r = nodes[wiped]
-                    .client
-                    .post(format!("{}/internal/raft/vote", nodes[wiped].url))
-                    .header("x-quiver-cluster-secret", SECRET)
-                    .body(body.clone())
-                    .send()
-                    .await;
-                match r {
-                    Ok(r) => {
-                        let status = r.status().as_u16();
-                        let text = r.text().await.unwrap_or_default();
-                        status == 503 && text.contains("empty log")
-                    }
-                    Err(_) => false,
-                }
-            },
+            || refuses(&nodes[wiped], "/internal/raft/vote", &body, "empty log"),
         )
         .await;
     // And the survivor cannot become leader with the wiped node's help.
@@ -204,23 +188,7 @@ async fn a_wiped_voter_takes_entries_only_after_hearing_every_peers_vote() {
         .wait_for(
             "the wiped node to refuse entries",
             Duration::from_secs(30),
-            || async {
-                let r = nodes[wiped]
-                    .client
-                    .post(format!("{}/internal/raft/append", nodes[wiped].url))
-                    .header("x-quiver-cluster-secret", SECRET)
-                    .body(body.clone())
-                    .send()
-                    .await;
-                match r {
-                    Ok(r) => {
-                        let status = r.status().as_u16();
-                        let text = r.text().await.unwrap_or_default();
-                        status == 503 && text.contains("every peer")
-                    }
-                    Err(_) => false,
-                }
-            },
+            || refuses(&nodes[wiped], "/internal/raft/append", &body, "every peer"),
         )
         .await;
     assert!(
@@ -248,6 +216,26 @@ async fn a_wiped_voter_takes_entries_only_after_hearing_every_peers_vote() {
     let commit = nodes[lead].status().await["commit_index"].as_u64().unwrap();
     applied(&nodes[wiped], commit).await;
     assert_eq!(content(&nodes[wiped]).await, content(&nodes[lead]).await);
+}
+
+/// Whether `node` answers a Raft RPC (MessagePack `body`, to internal `path`) with 503
+/// and a reason containing `needle`.
+async fn refuses(node: &Node, path: &str, body: &[u8], needle: &str) -> bool {
+    let sent = node
+        .client
+        .post(format!("{}{path}", node.url))
+        .header("x-quiver-cluster-secret", SECRET)
+        .body(body.to_vec())
+        .send()
+        .await;
+    match sent {
+        Ok(r) => {
+            let status = r.status().as_u16();
+            let text = r.text().await.unwrap_or_default();
+            status == 503 && text.contains(needle)
+        }
+        Err(_) => false,
+    }
 }
 
 /// A TCP proxy that forwards to `target` at about `bytes_per_s` in each direction per
