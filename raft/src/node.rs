@@ -318,13 +318,7 @@ impl RaftNode {
         // The barrier learns the log's end after each AppendEntries, from metrics that
         // may lag the append they follow; with no later AppendEntries (the leader gone)
         // it would wait forever for a log it already has.
-        let last = self.raft.metrics().borrow().last_log_index;
-        match self.barrier.observe_log(last) {
-            Ok(true) => tracing::info!(last_log_index = ?last,
-                "caught up with the cluster: this node votes again"),
-            Ok(false) => {}
-            Err(e) => tracing::warn!(error = %e, "cannot open the vote barrier"),
-        }
+        self.open_barrier_if_caught_up();
         match self.barrier.refusal() {
             Some(reason) => {
                 metrics::counter!("quiver_votes_refused_total").increment(1);
@@ -396,17 +390,22 @@ impl RaftNode {
         }
         let response = self.raft.append_entries(request).await;
         if response.is_ok() {
-            let last = self.raft.metrics().borrow().last_log_index;
-            match self.barrier.observe_log(last) {
-                Ok(true) => tracing::info!(
-                    last_log_index = ?last,
-                    "caught up with the cluster: this node votes again"
-                ),
-                Ok(false) => {}
-                Err(e) => tracing::warn!(error = %e, "cannot open the vote barrier"),
-            }
+            self.open_barrier_if_caught_up();
         }
         response
+    }
+
+    /// Opens the vote barrier once the log has reached the index a leader named.
+    fn open_barrier_if_caught_up(&self) {
+        let last = self.raft.metrics().borrow().last_log_index;
+        match self.barrier.observe_log(last) {
+            Ok(true) => tracing::info!(
+                last_log_index = ?last,
+                "caught up with the cluster: this node votes again"
+            ),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot open the vote barrier"),
+        }
     }
 
     /// This node's id.
