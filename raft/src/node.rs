@@ -167,6 +167,8 @@ pub struct RaftNode {
     barrier: Arc<VoteBarrier>,
     bootstrap_pending: Arc<AtomicBool>,
     config: Arc<RaftConfig>,
+    /// A handle on the state machine openraft owns, for the start's file sweep.
+    state_machine: StateMachine,
 }
 
 /// What a node tells a peer that starts with an empty log (`GET /internal/state`).
@@ -240,6 +242,7 @@ impl RaftNode {
             recovered.snapshot,
         )
         .await?;
+        let state_machine = sm.clone();
         let raft_config = openraft::Config {
             cluster_name: "quiver".into(),
             heartbeat_interval: config.heartbeat_interval_ms,
@@ -310,6 +313,7 @@ impl RaftNode {
             barrier,
             bootstrap_pending: Arc::new(AtomicBool::new(bootstrap_pending)),
             config: Arc::new(config),
+            state_machine,
         })
     }
 
@@ -767,6 +771,12 @@ impl RaftNode {
             tokio::spawn(self.clone().flush_policy_loop().in_current_span()),
             tokio::spawn(self.clone().compaction_loop().in_current_span()),
         ];
+        if self.storage.sweep_due() {
+            let state_machine = self.state_machine.clone();
+            tasks.push(tokio::spawn(
+                async move { state_machine.sweep_files().await }.in_current_span(),
+            ));
+        }
         if self.bootstrap_pending.load(Ordering::Relaxed) {
             tasks.push(tokio::spawn(
                 self.clone().bootstrap_loop().in_current_span(),

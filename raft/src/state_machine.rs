@@ -122,7 +122,8 @@ impl StateMachine {
             node_id,
         };
         if let Some((meta, lacking)) = missing {
-            sm.recover_lacking_files(&meta, &lacking).await;
+            sm.recover_lacking_files(&meta.last_membership, &lacking)
+                .await;
         }
         Ok(sm)
     }
@@ -132,12 +133,12 @@ impl StateMachine {
     /// below the purged log, so a replay cannot bring them back. Without a member that
     /// has them the node starts anyway, says so loudly, and `quiver verify` shows the
     /// difference.
-    async fn recover_lacking_files(&self, meta: &SnapshotMeta, lacking: &[FileMeta]) {
+    async fn recover_lacking_files(&self, members: &StoredMembership, lacking: &[FileMeta]) {
         tracing::warn!(
             files = lacking.len(),
             "the snapshot lists Parquet files this node lacks; fetching them from peers"
         );
-        match self.fetch_missing_files(meta, lacking).await {
+        match self.fetch_missing_files(members, lacking).await {
             Ok(()) => metrics::gauge!("quiver_parquet_files_missing").set(0.0),
             Err(e) => {
                 let still = lacking
@@ -148,6 +149,21 @@ impl StateMachine {
                 tracing::error!(error = %e, files_missing = still,
                     "Parquet files listed by the snapshot are missing and no peer could supply them: their rows are absent on this node");
             }
+        }
+    }
+
+    /// Runs storage's start sweep (see `Storage::sweep`) and fetches from the members
+    /// any file it found missing, as a start used to before serving.
+    pub async fn sweep_files(&self) {
+        match self.storage.sweep().await {
+            Ok(report) if !report.lacking.is_empty() => {
+                let members = self.applied.lock().membership.clone();
+                self.recover_lacking_files(&members, &report.lacking).await;
+            }
+            Ok(_) => {}
+            Err(e) => tracing::error!(error = %e,
+                "the sweep of the Parquet files failed; files left by an earlier life stay on \
+                 disk until the next start"),
         }
     }
 
@@ -167,11 +183,10 @@ impl StateMachine {
     /// had from any member.
     async fn fetch_missing_files(
         &self,
-        meta: &SnapshotMeta,
+        members: &StoredMembership,
         files: &[FileMeta],
     ) -> Result<(), StorageError> {
-        let members: Vec<(NodeId, String)> = meta
-            .last_membership
+        let members: Vec<(NodeId, String)> = members
             .membership()
             .nodes()
             .filter(|(id, _)| **id != self.node_id)
@@ -362,7 +377,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.storage
             .retain_for_snapshot(&image)
             .map_err(|e| snapshot_err(ErrorVerb::Write, e))?;
-        self.fetch_missing_files(meta, &image.files).await?;
+        self.fetch_missing_files(&meta.last_membership, &image.files)
+            .await?;
         self.storage
             .restore_memory(image.clone())
             .map_err(|e| snapshot_err(ErrorVerb::Write, e))?;

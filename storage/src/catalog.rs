@@ -13,7 +13,7 @@
 //! incomplete segments are quarantined too rather than deleted, since their siblings may
 //! be the damaged ones rather than unwritten ones.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -43,8 +43,9 @@ pub enum FileSet {
     /// The newest snapshot's manifest and the compactions it still queues: exactly
     /// the listed files, except that a queued compaction whose output is already on
     /// disk (it ran after the snapshot was taken) counts as done: its output replaces
-    /// its inputs. Any other file on disk is deleted; a listed file that is missing is
-    /// reported (`CatalogReport::lacking`) for the caller to fetch from a peer.
+    /// its inputs. Trusted at open without reading the disk; the sweep that follows
+    /// (`Storage::sweep`) deletes any other file and reports a listed file that is
+    /// missing (`SweepReport::lacking`) for the caller to fetch from a peer.
     Manifest {
         /// The manifest.
         files: Vec<FileMeta>,
@@ -52,7 +53,7 @@ pub enum FileSet {
         jobs: Vec<CompactionJob>,
     },
     /// No snapshot, and the log holds every entry since the first: no file is needed,
-    /// replay writes them all again. Every file on disk is deleted.
+    /// replay writes them all again. The sweep deletes every file replay does not write.
     Nothing,
     /// Neither is known (tools, tests, or a node whose snapshots were lost after its
     /// log was purged): the files' own footers decide, conservatively.
@@ -74,15 +75,12 @@ pub struct CatalogReport {
     /// Files a compaction output replaced (left by a crash before their deletion),
     /// deleted.
     pub superseded_files_deleted: Vec<String>,
-    /// Files on disk the snapshot's manifest does not list, deleted.
-    pub unlisted_files_deleted: Vec<String>,
-    /// Files the manifest lists that are not on disk (or were quarantined).
-    pub lacking: Vec<String>,
-    /// Files listed.
+    /// Files live at open.
     pub files: usize,
 }
 
-/// The sled-backed index of Parquet files.
+/// The sled-backed index of Parquet files. Clones share the database.
+#[derive(Clone)]
 pub struct Catalog {
     db: sled::Db,
     files: sled::Tree,
@@ -100,41 +98,22 @@ impl Catalog {
     ) -> Result<(Catalog, Vec<FileMeta>, CatalogReport)> {
         let mut report = CatalogReport::default();
         let started = std::time::Instant::now();
-        let listed = list_files(local, &mut report).await?;
-        let listed_ms = started.elapsed().as_millis() as u64;
         let (catalog, files) = match set {
             FileSet::Footers => {
+                let listed = list_files(local, &mut report).await?;
                 open_from_footers(dir, local, quarantine_dir, listed, &mut report).await?
             }
             FileSet::Manifest { files, jobs } => {
-                open_from_manifest(
-                    dir,
-                    local,
-                    quarantine_dir,
-                    &listed,
-                    (files, &jobs),
-                    &mut report,
-                )
-                .await?
+                open_from_manifest(dir, local, (files, &jobs), &mut report).await?
             }
             FileSet::Nothing => {
-                open_from_manifest(
-                    dir,
-                    local,
-                    quarantine_dir,
-                    &listed,
-                    (Vec::new(), &[]),
-                    &mut report,
-                )
-                .await?
+                open_from_manifest(dir, local, (Vec::new(), &[]), &mut report).await?
             }
         };
         report.files = files.len();
-        // Restart time grows with the file count; this says which half to look at.
         tracing::info!(
             files = files.len(),
-            listed_ms,
-            reconciled_ms = started.elapsed().as_millis() as u64 - listed_ms,
+            ms = started.elapsed().as_millis() as u64,
             "catalog opened"
         );
         Ok((catalog, files, report))
@@ -173,40 +152,37 @@ impl Catalog {
         Ok(())
     }
 
-    /// Makes the catalog hold exactly `live`, in one batch, comparing paths only: a
-    /// file's name is its table, hour and log range, and a name is never written with
-    /// other bytes, so an entry under the right path is the right entry (a damaged
-    /// value is found when the footers path reads it). Not parsing a million entries
-    /// is most of a restart's catalog time. Returns a live path sled did not hold, if
-    /// any: sled lost something.
-    fn sync_paths_to(&self, live: &[FileMeta]) -> Result<Option<String>> {
-        let mut missing: HashMap<&str, &FileMeta> =
-            live.iter().map(|m| (m.path.as_str(), m)).collect();
-        let mut batch = sled::Batch::default();
-        let mut changed = false;
+    /// Calls `f` with the path of every entry, without parsing a value: a file's name
+    /// is its table, hour and log range, and a name is never written with other bytes,
+    /// so an entry under the right path is the right entry (a damaged value is found
+    /// when the footers path reads it). Not parsing a million entries is most of the
+    /// time a comparison with the live files takes.
+    pub(crate) fn for_each_path(&self, mut f: impl FnMut(&str)) -> Result<()> {
         for key in self.files.iter().keys() {
             let key = key.map_err(|e| Error::Catalog(e.to_string()))?;
-            let listed = std::str::from_utf8(&key)
-                .ok()
-                .and_then(|path| missing.remove(path));
-            if listed.is_none() {
-                batch.remove(key);
-                changed = true;
-            }
+            f(&String::from_utf8_lossy(&key));
         }
-        let lost = missing.keys().min().map(|p| p.to_string());
-        for meta in missing.values() {
+        Ok(())
+    }
+
+    /// Removes the `stale` entries and adds `missing`, in one durable batch.
+    pub(crate) fn apply(&self, stale: &[String], missing: &[FileMeta]) -> Result<()> {
+        if stale.is_empty() && missing.is_empty() {
+            return Ok(());
+        }
+        let mut batch = sled::Batch::default();
+        for key in stale {
+            batch.remove(key.as_bytes());
+        }
+        for meta in missing {
             let value = serde_json::to_vec(meta).map_err(|e| Error::Catalog(e.to_string()))?;
             batch.insert(meta.path.as_bytes(), value);
-            changed = true;
         }
-        if changed {
-            self.files
-                .apply_batch(batch)
-                .map_err(|e| Error::Catalog(e.to_string()))?;
-            self.db.flush().map_err(|e| Error::Catalog(e.to_string()))?;
-        }
-        Ok(lost)
+        self.files
+            .apply_batch(batch)
+            .map_err(|e| Error::Catalog(e.to_string()))?;
+        self.db.flush().map_err(|e| Error::Catalog(e.to_string()))?;
+        Ok(())
     }
 }
 
@@ -296,15 +272,15 @@ async fn open_from_footers(
 }
 
 /// [`FileSet::Manifest`] (and [`FileSet::Nothing`], an empty manifest): exactly the
-/// listed files that are on disk with the size the manifest records; every other file is
-/// deleted (its rows are in the snapshot's memory image or in the log after it, and
-/// come back by replay), and a file of the wrong size is quarantined. sled is brought
-/// to the same set without reading a single footer.
+/// listed files, trusted without looking at the disk, so a start does not walk a
+/// million files. Only the outputs of the compactions the snapshot queues are looked up
+/// (a few): one on disk ran after the snapshot was taken, so it is live and its inputs
+/// are gone. The disk and sled are brought to this set afterwards, while the node
+/// serves, by `Storage::sweep` (files left by an earlier life deleted, files the
+/// manifest lists but the disk lacks fetched from peers).
 async fn open_from_manifest(
     dir: &Path,
     local: &FileStore,
-    quarantine_dir: &Path,
-    listed: &BTreeMap<String, u64>,
     (manifest, jobs): (Vec<FileMeta>, &[CompactionJob]),
     report: &mut CatalogReport,
 ) -> Result<(Catalog, Vec<FileMeta>)> {
@@ -322,8 +298,10 @@ async fn open_from_manifest(
         if in_manifest.contains(job.output.as_str()) {
             continue;
         }
-        let Some(&size) = listed.get(&job.output) else {
-            continue;
+        let size = match store.head(&ObjectPath::from(job.output.as_str())).await {
+            Ok(found) => found.size,
+            Err(object_store::Error::NotFound { .. }) => continue,
+            Err(e) => return Err(e.into()),
         };
         match read_footer(&store, &job.output, size).await {
             Ok(meta) => {
@@ -334,78 +312,24 @@ async fn open_from_manifest(
                 "a compaction output the snapshot queues is unreadable; it is merged again"),
         }
     }
-    for meta in manifest {
-        if consumed.contains(&meta.path) {
-            continue;
-        }
-        match listed.get(&meta.path) {
-            Some(&size) if size == meta.size_bytes => live.push(meta),
-            Some(&size) => {
-                let reason = format!(
-                    "{size} bytes on disk, the snapshot's manifest says {}",
-                    meta.size_bytes
-                );
-                local
-                    .quarantine(quarantine_dir, &meta.path, &reason)
-                    .await?;
-                report.quarantined.push(meta.path.clone());
-                report.lacking.push(meta.path);
-            }
-            None => report.lacking.push(meta.path),
-        }
-    }
+    live.extend(manifest.into_iter().filter(|m| !consumed.contains(&m.path)));
     // A later queued compaction may consume an earlier one's output.
     live.retain(|m| !consumed.contains(&m.path));
-    let wanted: BTreeSet<&str> = live
-        .iter()
-        .map(|m| m.path.as_str())
-        .chain(report.lacking.iter().map(String::as_str))
-        .collect();
-    let unlisted: Vec<String> = listed
-        .keys()
-        .filter(|p| !wanted.contains(p.as_str()))
-        .cloned()
-        .collect();
-    drop(wanted);
-    for path in unlisted {
-        local.delete(&path).await?;
-        report.unlisted_files_deleted.push(path);
+    for path in &consumed {
+        local.delete(path).await?;
+        report.superseded_files_deleted.push(path.clone());
     }
-    if !report.unlisted_files_deleted.is_empty() {
-        tracing::info!(
-            files = report.unlisted_files_deleted.len(),
-            "deleted Parquet files the newest snapshot does not list (written after it, \
-             or replaced before it); replaying the log writes what is still needed"
-        );
-    }
-    if !report.lacking.is_empty() {
-        tracing::warn!(
-            files = report.lacking.len(),
-            "the newest snapshot lists Parquet files this node does not have"
-        );
-    }
-    let catalog = match open_sled(dir).and_then(|c| c.sync_paths_to(&live).map(|l| (c, l))) {
-        Ok((catalog, lost)) => {
-            // Entries of files written after the snapshot (removed above) are expected;
-            // a live file sled did not hold means sled lost something.
-            if let Some(path) = lost {
-                let reason = format!("{path} is not in the catalog");
-                tracing::warn!(dir = %dir.display(), %reason, files = live.len(),
-                    "rebuilding the catalog from the snapshot's manifest");
-                report.rebuilt_because = Some(reason);
-            }
-            catalog
-        }
+    let catalog = match open_sled(dir) {
+        Ok(catalog) => catalog,
         Err(e @ Error::CatalogLocked { .. }) => return Err(e),
         Err(e) => {
+            // Refilled by the sweep, in the background.
             let reason = format!("sled unusable: {e}");
-            tracing::warn!(dir = %dir.display(), %reason, files = live.len(),
-                "rebuilding the catalog from the snapshot's manifest");
+            tracing::warn!(dir = %dir.display(), %reason,
+                "rebuilding the catalog from the snapshot's manifest, in the background");
             report.rebuilt_because = Some(reason);
             reset_dir(dir)?;
-            let catalog = open_sled(dir)?;
-            catalog.insert(&live)?;
-            catalog
+            open_sled(dir)?
         }
     };
     Ok((catalog, live))

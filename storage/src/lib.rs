@@ -66,7 +66,8 @@ pub use schema::{
 };
 pub use store::{
     rows_at_or_after, split_past_retention, DeleteOutcome, IoGuard, MemoryImage, OpenReport,
-    Storage, StorageConfig, StorageStats, TableImage, TableKey, TableSummary, View, ViewSource,
+    Storage, StorageConfig, StorageStats, SweepReport, TableImage, TableKey, TableSummary, View,
+    ViewSource,
 };
 pub use table::{
     resolve_name, ParquetFileRef, SnapshotFiles, TableFiles, TableSnapshot, TableSource,

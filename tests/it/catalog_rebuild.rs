@@ -67,6 +67,15 @@ async fn snapshot_taken(node: &Node) {
     .await;
 }
 
+/// Waits until the node's log says `text`: the catalog is brought to the live files
+/// by the sweep that runs once the node serves.
+async fn logged(node: &Node, text: &str) {
+    node.wait_for(text, Duration::from_secs(60), || async {
+        node.log().contains(text)
+    })
+    .await;
+}
+
 async fn count(node: &Node) -> u64 {
     node.rows("c", "SELECT count(*) FROM m").await[0][0]
         .as_u64()
@@ -83,11 +92,7 @@ async fn deleted_catalog_is_rebuilt_from_files() {
     node.restart().await;
     assert_eq!(count(&node).await, 3000);
     assert_eq!(node.metric("quiver_parquet_files").await, files);
-    assert!(
-        node.log().contains("rebuilding the catalog"),
-        "the node must say it rebuilt the catalog; log:\n{}",
-        node.log()
-    );
+    logged(&node, "rebuilding the catalog").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -104,11 +109,7 @@ async fn corrupted_catalog_is_rebuilt_from_files() {
     }
     node.restart().await;
     assert_eq!(count(&node).await, 3000);
-    assert!(
-        node.log().contains("rebuilding the catalog"),
-        "the node must say it rebuilt the catalog; log:\n{}",
-        node.log()
-    );
+    logged(&node, "rebuilding the catalog").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -146,10 +147,8 @@ async fn stale_catalog_that_disagrees_with_the_files_is_rebuilt() {
     copy_dir(&stale, &catalog);
     node.restart().await;
     assert_eq!(count(&node).await, 6000);
-    assert!(
-        node.log().contains("is not in the catalog"),
-        "the rebuild must name the disagreement"
-    );
+    // The rebuild names the disagreement.
+    logged(&node, "is not in the catalog").await;
 }
 
 fn copy_dir(from: &std::path::Path, to: &std::path::Path) {

@@ -26,6 +26,7 @@ mod query_values;
 mod restart;
 mod sizing;
 mod sizing_run;
+mod start_sweep;
 mod telegraf;
 mod telegraf_wire;
 mod tls;

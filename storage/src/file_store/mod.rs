@@ -19,7 +19,7 @@ mod cache;
 mod local_listing;
 mod transfer;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -48,6 +48,10 @@ pub struct FileStore {
     /// Local directory for files on their way in or out (downloads for a merge,
     /// uploads being built); cleared at open.
     staging: PathBuf,
+    /// Paths written since storage opened, recorded while the start's sweep of the
+    /// files on disk is pending (see `store::sweep`), so the sweep never deletes a file
+    /// this process wrote. `None` once the sweep is done (or when none is due).
+    written_since_open: tokio::sync::Mutex<Option<HashSet<String>>>,
 }
 
 enum Place {
@@ -74,6 +78,7 @@ impl FileStore {
             reader: local.clone(),
             place: Place::Local(local),
             staging,
+            written_since_open: tokio::sync::Mutex::new(None),
         })
     }
 
@@ -98,6 +103,7 @@ impl FileStore {
             place: Place::Bucket { store, url },
             reader,
             staging,
+            written_since_open: tokio::sync::Mutex::new(None),
         })
     }
 
@@ -151,6 +157,7 @@ impl FileStore {
     /// file fsynced before its rename; in a bucket as one upload, visible only once
     /// complete.
     pub(crate) async fn write(&self, path: &str, bytes: Bytes) -> Result<()> {
+        self.note_written(path).await;
         match &self.place {
             Place::Local(local) => {
                 let target = local.path_to_filesystem(&ObjectPath::from(path))?;
@@ -173,6 +180,7 @@ impl FileStore {
     /// Moves a complete file built in `staged` (local disk) to `path`, durably. The
     /// staged file is gone afterwards when this succeeds.
     pub(crate) async fn install(&self, staged: &Path, path: &str) -> Result<()> {
+        self.note_written(path).await;
         match &self.place {
             Place::Local(local) => {
                 let target = local.path_to_filesystem(&ObjectPath::from(path))?;
@@ -205,6 +213,55 @@ impl FileStore {
                     owned: true,
                 })
             }
+        }
+    }
+
+    /// Starts recording the paths written from now on, for a sweep to come.
+    pub(crate) async fn record_writes(&self) {
+        *self.written_since_open.lock().await = Some(HashSet::new());
+    }
+
+    /// Stops recording written paths: the sweep is over.
+    pub(crate) async fn stop_recording_writes(&self) {
+        *self.written_since_open.lock().await = None;
+    }
+
+    /// Records `path` as written, before a byte of it reaches its final name: a sweep
+    /// deleting under the same lock either sees it here or deletes the old file first.
+    async fn note_written(&self, path: &str) {
+        if let Some(written) = self.written_since_open.lock().await.as_mut() {
+            written.insert(path.to_string());
+        }
+    }
+
+    /// Whether `path` was written since recording started.
+    pub(crate) async fn written_since_open(&self, path: &str) -> bool {
+        self.written_since_open
+            .lock()
+            .await
+            .as_ref()
+            .is_some_and(|w| w.contains(path))
+    }
+
+    /// Deletes `path` unless it was written since recording started; the check and
+    /// the deletion hold the lock writers record under. Returns whether it deleted.
+    pub(crate) async fn delete_unless_written(&self, path: &str) -> Result<bool> {
+        let written = self.written_since_open.lock().await;
+        if written.as_ref().is_some_and(|w| w.contains(path)) {
+            return Ok(false);
+        }
+        self.delete(path).await?;
+        drop(written);
+        Ok(true)
+    }
+
+    /// Runs `f` with the paths written since recording started (none when not
+    /// recording), holding the lock writers record under: no write starts meanwhile.
+    pub(crate) async fn with_writes_held<T>(&self, f: impl FnOnce(&HashSet<String>) -> T) -> T {
+        let written = self.written_since_open.lock().await;
+        match written.as_ref() {
+            Some(w) => f(w),
+            None => f(&HashSet::new()),
         }
     }
 

@@ -36,10 +36,12 @@ mod lifecycle;
 mod memory_image;
 mod persist;
 mod source;
+mod sweep;
 
 pub use lifecycle::{rows_at_or_after, split_past_retention, DeleteOutcome};
 pub use memory_image::{MemoryImage, TableImage};
 pub use source::{View, ViewSource};
+pub use sweep::SweepReport;
 
 /// Storage settings (the `[storage]` section of the node's configuration).
 #[derive(Debug, Clone)]
@@ -188,6 +190,8 @@ pub struct Storage {
     /// The highest generation a durable snapshot has recorded: a file removed at or
     /// below it is listed by no snapshot any more, so it may leave the disk.
     durable_generation: AtomicU64,
+    /// The files live at open, until the start's sweep has run (see `sweep`).
+    live_at_open: parking_lot::Mutex<Option<sweep::LiveAtOpen>>,
     report: OpenReport,
 }
 
@@ -232,6 +236,8 @@ impl Storage {
                 store
             }
         };
+        // Opening from a manifest trusts it; the disk is swept once the node serves.
+        let sweep_due = !matches!(files, FileSet::Footers);
         let (catalog, files, catalog_report) = Catalog::open(
             &catalog_dir(&config.dir),
             &file_store,
@@ -239,6 +245,12 @@ impl Storage {
             files,
         )
         .await?;
+        let live_at_open = if sweep_due {
+            file_store.record_writes().await;
+            Some(sweep::LiveAtOpen::of(&files))
+        } else {
+            None
+        };
         let mut by_table: BTreeMap<TableKey, Vec<FileMeta>> = BTreeMap::new();
         for meta in files {
             let key = TableKey::new(meta.database.clone(), meta.measurement.clone());
@@ -275,6 +287,7 @@ impl Storage {
             io_in_flight: Arc::new(AtomicUsize::new(0)),
             file_generation: AtomicU64::new(0),
             durable_generation: AtomicU64::new(0),
+            live_at_open: parking_lot::Mutex::new(live_at_open),
             report,
         })
     }

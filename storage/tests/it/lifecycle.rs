@@ -113,19 +113,34 @@ async fn a_segment_keeps_its_other_hours_after_one_hour_is_merged_and_the_node_r
 async fn a_snapshot_manifest_decides_which_files_are_live_at_open() {
     let dir = tempfile::tempdir().unwrap();
     let manifest;
+    let written_after;
     {
         let s = Storage::open(config(dir.path())).await.unwrap();
         merge_one_hour_of_a_two_hour_segment(&s).await;
         manifest = s.memory_image().files;
         assert_eq!(manifest.len(), 2);
-        // A file written after the snapshot (its entries are still in the log) and a
-        // stray file left on disk by an earlier life.
+        // A file written after the snapshot (its entries are still in the log).
         s.apply_write(LogIndex(6), "db", &[("cpu".into(), batch(&[T0 + 9]))])
             .unwrap();
         s.apply_flush(LogIndex(7), &[key()]);
         assert!(s.persist_next().await.unwrap());
-        assert_eq!(s.table("db", "cpu").unwrap().files.all().len(), 3);
+        let files = s.files();
+        assert_eq!(files.len(), 3);
+        written_after = files
+            .iter()
+            .find(|f| f.log_last == LogIndex(7))
+            .unwrap()
+            .path
+            .clone();
     }
+    // And a stray file an earlier life left, under a name replay never writes again.
+    let stray =
+        quiver_storage::parquet_path("db", "cpu", TimestampNs(T0), LogIndex(100), LogIndex(101));
+    std::fs::copy(
+        dir.path().join("parquet").join(&written_after),
+        dir.path().join("parquet").join(&stray),
+    )
+    .unwrap();
     let s = Storage::open_with(
         config(dir.path()),
         FileSet::Manifest {
@@ -141,17 +156,29 @@ async fn a_snapshot_manifest_decides_which_files_are_live_at_open() {
     let mut expected: Vec<&str> = manifest.iter().map(|f| f.path.as_str()).collect();
     expected.sort();
     assert_eq!(paths, expected, "exactly the manifest's files");
-    assert_eq!(
-        s.open_report().catalog.unlisted_files_deleted.len(),
-        1,
-        "the file written after the snapshot is deleted: replay writes it again"
-    );
-    assert!(s.open_report().catalog.lacking.is_empty());
-    // Replaying entries 6 and 7 brings its row back, once.
+    assert!(s.sweep_due());
+    // Replaying entries 6 and 7 writes the same file again, before the sweep runs (the
+    // node serves and replays while it sweeps).
     s.apply_write(LogIndex(6), "db", &[("cpu".into(), batch(&[T0 + 9]))])
         .unwrap();
     s.apply_flush(LogIndex(7), &[key()]);
     assert!(s.persist_next().await.unwrap());
+    let swept = s.sweep().await.unwrap();
+    assert_eq!(
+        swept.unlisted_files_deleted,
+        vec![stray.clone()],
+        "only the stray goes: the file replay wrote again is live"
+    );
+    assert!(swept.lacking.is_empty());
+    assert!(!dir.path().join("parquet").join(&stray).exists());
+    assert!(dir.path().join("parquet").join(&written_after).exists());
+    assert_eq!(rows_in_files(&s), 5, "its row is back, once");
+    assert!(!s.sweep_due());
+    assert!(!s.sweep().await.unwrap().ran, "a sweep runs once");
+    // sled now holds exactly the live files: a reopen from the footers agrees with it.
+    drop(s);
+    let s = Storage::open(config(dir.path())).await.unwrap();
+    assert_eq!(s.open_report().catalog.rebuilt_because, None);
     assert_eq!(rows_in_files(&s), 5);
 }
 
@@ -168,7 +195,47 @@ async fn with_no_snapshot_and_a_whole_log_every_file_is_regenerated() {
     assert!(s
         .table("db", "cpu")
         .is_none_or(|t| t.files.all().is_empty()));
-    assert_eq!(s.open_report().catalog.unlisted_files_deleted.len(), 2);
+    assert_eq!(s.sweep().await.unwrap().unlisted_files_deleted.len(), 2);
+}
+
+/// A file the manifest lists is gone, another holds other bytes: the sweep takes both
+/// out of their table (quarantining the second) and reports them for a peer to supply.
+#[tokio::test]
+async fn the_sweep_reports_listed_files_the_disk_lacks() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest;
+    {
+        let s = Storage::open(config(dir.path())).await.unwrap();
+        merge_one_hour_of_a_two_hour_segment(&s).await;
+        manifest = s.memory_image().files;
+    }
+    assert_eq!(manifest.len(), 2);
+    let parquet = dir.path().join("parquet");
+    std::fs::remove_file(parquet.join(&manifest[0].path)).unwrap();
+    std::fs::write(parquet.join(&manifest[1].path), b"not parquet").unwrap();
+    let s = Storage::open_with(
+        config(dir.path()),
+        FileSet::Manifest {
+            files: manifest.clone(),
+            jobs: Vec::new(),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(s.table("db", "cpu").unwrap().files.all().len(), 2);
+    let swept = s.sweep().await.unwrap();
+    let mut lacking: Vec<&str> = swept.lacking.iter().map(|f| f.path.as_str()).collect();
+    lacking.sort();
+    let mut expected: Vec<&str> = manifest.iter().map(|f| f.path.as_str()).collect();
+    expected.sort();
+    assert_eq!(lacking, expected);
+    assert!(s.table("db", "cpu").unwrap().files.all().is_empty());
+    assert!(!parquet.join(&manifest[1].path).exists(), "moved aside");
+    assert!(dir
+        .path()
+        .join("quarantine")
+        .join(&manifest[1].path)
+        .exists());
 }
 
 /// `n` files of 100 measurements, each of `size` bytes, one per (measurement, hour).
@@ -226,16 +293,24 @@ async fn a_hundred_thousand_files_open_from_the_manifest() {
         .await
         .unwrap();
         let opened = started.elapsed();
-        assert!(s.open_report().catalog.lacking.is_empty());
-        assert!(s.open_report().catalog.unlisted_files_deleted.is_empty());
         assert_eq!(s.files().len(), 100_000);
+        let started = std::time::Instant::now();
+        let swept = s.sweep().await.unwrap();
+        let sweep_time = started.elapsed();
+        assert_eq!(swept.listed, 100_000);
+        assert!(swept.lacking.is_empty());
+        assert!(swept.unlisted_files_deleted.is_empty());
+        // The first start fills sled; the second finds it in sync.
+        let expected_added = if round == 0 { 100_000 } else { 0 };
+        assert_eq!(swept.catalog_added, expected_added);
         let started = std::time::Instant::now();
         let table = s.table("db", "m7").unwrap();
         let viewed = started.elapsed();
         assert_eq!(table.files.all().len(), 1_000);
         println!(
-            "100,000 files: open {} ms ({}), one table's view {} us",
+            "100,000 files: open {} ms, sweep {} ms ({}), one table's view {} us",
             opened.as_millis(),
+            sweep_time.as_millis(),
             if round == 0 {
                 "sled filled"
             } else {
