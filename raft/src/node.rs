@@ -153,6 +153,10 @@ pub struct Seams {
     pub transport: Option<Arc<dyn crate::PeerTransport>>,
 }
 
+/// Snapshots are at least this many build times apart: building them takes at most
+/// about 1/20 of the node's time.
+const SNAPSHOT_BUILD_SHARE: u32 = 20;
+
 /// A running node's Raft side. Cheap to clone.
 #[derive(Clone)]
 pub struct RaftNode {
@@ -929,7 +933,6 @@ impl RaftNode {
     async fn persist_loop(self) {
         let mut last_snapshot = Instant::now();
         let mut persisted_since_snapshot = false;
-        let snapshot_gap = Duration::from_millis(self.config.snapshot_interval_ms_min);
         let mut disk_low_logged = false;
         loop {
             if let Some(free) = self.data_volume_low() {
@@ -960,7 +963,7 @@ impl RaftNode {
                     continue;
                 }
             }
-            if persisted_since_snapshot && last_snapshot.elapsed() >= snapshot_gap {
+            if persisted_since_snapshot && last_snapshot.elapsed() >= self.snapshot_gap() {
                 if self.raft.trigger().snapshot().await.is_err() {
                     return;
                 }
@@ -968,7 +971,7 @@ impl RaftNode {
                 persisted_since_snapshot = false;
             }
             let mut wait = if persisted_since_snapshot {
-                snapshot_gap.saturating_sub(last_snapshot.elapsed())
+                self.snapshot_gap().saturating_sub(last_snapshot.elapsed())
             } else {
                 Duration::from_secs(3600)
             };
@@ -1019,7 +1022,6 @@ impl RaftNode {
     /// the data volume is low: an output is written before its inputs go.
     async fn compaction_loop(self) {
         let interval = Duration::from_millis(self.config.compaction_check_interval_ms.max(1));
-        let snapshot_gap = Duration::from_millis(self.config.snapshot_interval_ms_min);
         let mut next_policy = Instant::now() + interval;
         let mut last_snapshot_asked: Option<Instant> = None;
         loop {
@@ -1029,6 +1031,7 @@ impl RaftNode {
             self.storage.delete_condemned().await;
             // Removed files leave the disk only once a snapshot no longer lists them.
             let awaiting_snapshot = self.storage.condemned_awaiting_snapshot();
+            let snapshot_gap = self.snapshot_gap();
             if awaiting_snapshot && last_snapshot_asked.is_none_or(|t| t.elapsed() >= snapshot_gap)
             {
                 if self.raft.trigger().snapshot().await.is_err() {
@@ -1070,6 +1073,16 @@ impl RaftNode {
                 _ = tokio::time::sleep(wait.max(Duration::from_millis(10))) => {}
             }
         }
+    }
+
+    /// Least time between two snapshots: `raft.snapshot_interval_ms_min`, or
+    /// [`SNAPSHOT_BUILD_SHARE`] times the last build when that is longer. A snapshot's
+    /// manifest grows with the file count (about 400 MB at a million files, 2.5-3.5 s to
+    /// build), and a compaction backlog asks for one every interval so replaced files
+    /// may go: at 10 s that kept the disk busy writing snapshots.
+    fn snapshot_gap(&self) -> Duration {
+        Duration::from_millis(self.config.snapshot_interval_ms_min)
+            .max(self.state_machine.last_snapshot_build() * SNAPSHOT_BUILD_SHARE)
     }
 
     /// Proposes every merge the compaction policy finds due now (one per table).

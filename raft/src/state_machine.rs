@@ -8,7 +8,9 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{EntryPayload, ErrorSubject, ErrorVerb, RaftSnapshotBuilder};
@@ -57,6 +59,8 @@ pub struct StateMachine {
     /// Reaches peers for the Parquet files an installed snapshot names.
     peers: PeerClient,
     node_id: NodeId,
+    /// How long the last snapshot took to build, in ms: snapshots are paced by it.
+    last_build_ms: Arc<AtomicU64>,
 }
 
 impl StateMachine {
@@ -120,6 +124,7 @@ impl StateMachine {
             applied: Arc::new(Mutex::new(applied)),
             peers,
             node_id,
+            last_build_ms: Arc::new(AtomicU64::new(0)),
         };
         if let Some((meta, lacking)) = missing {
             sm.recover_lacking_files(&meta.last_membership, &lacking)
@@ -165,6 +170,11 @@ impl StateMachine {
                 "the sweep of the Parquet files failed; files left by an earlier life stay on \
                  disk until the next start"),
         }
+    }
+
+    /// How long the last snapshot took to build (zero before the first).
+    pub fn last_snapshot_build(&self) -> Duration {
+        Duration::from_millis(self.last_build_ms.load(Ordering::Relaxed))
     }
 
     /// The storage the state machine applies to.
@@ -331,6 +341,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             applied,
             dir: self.dir.clone(),
             storage: self.storage.clone(),
+            last_build_ms: self.last_build_ms.clone(),
         }
     }
 
@@ -427,6 +438,8 @@ pub struct SnapshotBuilder {
     dir: PathBuf,
     /// Told when the snapshot is durable, so files it no longer lists may go.
     storage: Arc<Storage>,
+    /// Where the build time is recorded (see [`StateMachine::last_snapshot_build`]).
+    last_build_ms: Arc<AtomicU64>,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
@@ -458,7 +471,9 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         .map_err(|e| snapshot_err(ErrorVerb::Write, e))?
         .map_err(|e| snapshot_err(ErrorVerb::Write, e))?;
         self.storage.snapshot_durable(generation);
-        tracing::info!(path = %path.display(), last = ?meta.last_log_id, ms = started.elapsed().as_millis() as u64, "snapshot built");
+        let ms = started.elapsed().as_millis() as u64;
+        self.last_build_ms.store(ms, Ordering::Relaxed);
+        tracing::info!(path = %path.display(), last = ?meta.last_log_id, ms, "snapshot built");
         metrics::counter!("quiver_snapshots_built_total").increment(1);
         let file = tokio::fs::File::open(&path)
             .await

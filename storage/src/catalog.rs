@@ -294,31 +294,26 @@ async fn open_from_manifest(
         .iter()
         .filter_map(|m| outputs.get(m.path.as_str()).copied())
         .collect();
-    for job in jobs {
-        if in_manifest.contains(job.output.as_str()) {
-            continue;
-        }
-        let size = match store.head(&ObjectPath::from(job.output.as_str())).await {
-            Ok(found) => found.size,
-            Err(object_store::Error::NotFound { .. }) => continue,
-            Err(e) => return Err(e.into()),
-        };
-        match read_footer(&store, &job.output, size).await {
-            Ok(meta) => {
-                consumed.extend(job.request.inputs.iter().map(|i| i.path.clone()));
-                live.push(meta);
-            }
-            Err(e) => tracing::warn!(path = %job.output, error = %e,
-                "a compaction output the snapshot queues is unreadable; it is merged again"),
+    // Looked up a few at a time: with a cold page cache each is a wait on the disk.
+    let queued: Vec<&CompactionJob> = jobs
+        .iter()
+        .filter(|job| !in_manifest.contains(job.output.as_str()))
+        .collect();
+    let mut found: Vec<(&CompactionJob, Option<FileMeta>)> = Vec::with_capacity(queued.len());
+    for chunk in queued.chunks(JOB_LOOKUPS_AT_ONCE) {
+        let outputs = futures::future::join_all(chunk.iter().map(|job| done_output(&store, job)));
+        found.extend(chunk.iter().copied().zip(outputs.await));
+    }
+    for (job, output) in found {
+        if let Some(meta) = output {
+            consumed.extend(job.request.inputs.iter().map(|i| i.path.clone()));
+            live.push(meta);
         }
     }
     live.extend(manifest.into_iter().filter(|m| !consumed.contains(&m.path)));
-    // A later queued compaction may consume an earlier one's output.
+    // A later queued compaction may consume an earlier one's output. The inputs stay on
+    // disk until the sweep: they were not live at open.
     live.retain(|m| !consumed.contains(&m.path));
-    for path in &consumed {
-        local.delete(path).await?;
-        report.superseded_files_deleted.push(path.clone());
-    }
     let catalog = match open_sled(dir) {
         Ok(catalog) => catalog,
         Err(e @ Error::CatalogLocked { .. }) => return Err(e),
@@ -333,6 +328,31 @@ async fn open_from_manifest(
         }
     };
     Ok((catalog, live))
+}
+
+/// Queued compactions whose output is looked up at once at open.
+const JOB_LOOKUPS_AT_ONCE: usize = 16;
+
+/// The output of `job` if it is on disk and readable: the compaction ran after the
+/// snapshot that queues it was taken. An unreadable one is merged again.
+async fn done_output(store: &Arc<dyn ObjectStore>, job: &CompactionJob) -> Option<FileMeta> {
+    let size = match store.head(&ObjectPath::from(job.output.as_str())).await {
+        Ok(found) => found.size,
+        Err(object_store::Error::NotFound { .. }) => return None,
+        Err(e) => {
+            tracing::warn!(path = %job.output, error = %e,
+                "cannot look up a compaction output the snapshot queues; it is merged again");
+            return None;
+        }
+    };
+    match read_footer(store, &job.output, size).await {
+        Ok(meta) => Some(meta),
+        Err(e) => {
+            tracing::warn!(path = %job.output, error = %e,
+                "a compaction output the snapshot queues is unreadable; it is merged again");
+            None
+        }
+    }
 }
 
 /// How long opening the catalog waits for a lock that another holder still has: a
