@@ -37,34 +37,8 @@ async fn flushed_node(dir: &std::path::Path) -> Node {
             && node.metric("quiver_frozen_segments").await == 0.0
     })
     .await;
-    snapshot_taken(&node).await;
+    node.wait_for_snapshot_of_everything().await;
     node
-}
-
-/// Waits for a snapshot of everything applied so far (taken after the last file).
-async fn snapshot_taken(node: &Node) {
-    let applied = node.status().await["applied_index"].as_u64().unwrap();
-    let dir = node.spec.data_dir.join("snapshots");
-    node.wait_for(
-        "a snapshot of the files",
-        Duration::from_secs(60),
-        || async {
-            std::fs::read_dir(&dir)
-                .map(|entries| {
-                    entries.flatten().any(|e| {
-                        let name = e.file_name().to_string_lossy().to_string();
-                        name.ends_with(".snap")
-                            && name
-                                .split('-')
-                                .next()
-                                .and_then(|i| i.parse::<u64>().ok())
-                                .is_some_and(|i| i >= applied)
-                    })
-                })
-                .unwrap_or(false)
-        },
-    )
-    .await;
 }
 
 /// Waits until the node's log says `text`: the catalog is brought to the live files
@@ -141,7 +115,7 @@ async fn stale_catalog_that_disagrees_with_the_files_is_rebuilt() {
             && node.metric("quiver_frozen_segments").await == 0.0
     })
     .await;
-    snapshot_taken(&node).await;
+    node.wait_for_snapshot_of_everything().await;
     node.kill();
     std::fs::remove_dir_all(&catalog).unwrap();
     copy_dir(&stale, &catalog);

@@ -306,6 +306,31 @@ impl Node {
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
     }
+
+    /// Waits for a snapshot of everything applied so far, so it lists every file
+    /// written before: the files a restart opens with.
+    pub async fn wait_for_snapshot_of_everything(&self) {
+        let applied = self.status().await["applied_index"].as_u64().unwrap();
+        let dir = self.spec.data_dir.join("snapshots");
+        self.wait_for(
+            "a snapshot of the files",
+            Duration::from_secs(60),
+            || async {
+                std::fs::read_dir(&dir).is_ok_and(|entries| {
+                    entries.flatten().any(|e| {
+                        let name = e.file_name().to_string_lossy().to_string();
+                        name.ends_with(".snap")
+                            && name
+                                .split('-')
+                                .next()
+                                .and_then(|i| i.parse::<u64>().ok())
+                                .is_some_and(|i| i >= applied)
+                    })
+                })
+            },
+        )
+        .await;
+    }
 }
 
 impl Drop for Node {

@@ -8,26 +8,6 @@ use crate::cluster_support::{content, leader, specs, start, write_batches};
 use crate::common::Node;
 use crate::lifecycle::parquet_files;
 
-/// Waits for a snapshot on `node` of everything it has applied (so it lists the files).
-async fn snapshot_of_everything(node: &Node) {
-    let applied = node.status().await["applied_index"].as_u64().unwrap();
-    let dir = node.spec.data_dir.join("snapshots");
-    node.wait_for("a snapshot", Duration::from_secs(60), || async {
-        std::fs::read_dir(&dir).is_ok_and(|entries| {
-            entries.flatten().any(|e| {
-                let name = e.file_name().to_string_lossy().to_string();
-                name.ends_with(".snap")
-                    && name
-                        .split('-')
-                        .next()
-                        .and_then(|i| i.parse::<u64>().ok())
-                        .is_some_and(|i| i >= applied)
-            })
-        })
-    })
-    .await;
-}
-
 async fn flushed(node: &Node) -> bool {
     node.metric("quiver_parquet_files").await > 0.0
         && node.metric("quiver_buffer_rows").await == 0.0
@@ -54,7 +34,7 @@ async fn a_follower_that_lost_a_listed_file_serves_at_once_and_fetches_it_from_a
             || flushed(follower),
         )
         .await;
-    snapshot_of_everything(follower).await;
+    follower.wait_for_snapshot_of_everything().await;
     let expected = content(&nodes[l]).await;
     let files = parquet_files(follower);
     assert!(!files.is_empty());
