@@ -19,6 +19,7 @@ mod catalog;
 mod client_types;
 mod config;
 mod delete_where;
+mod distinct_estimate;
 pub mod encode;
 mod engine;
 mod error;

@@ -53,6 +53,7 @@ use quiver_storage::lifecycle::{DeletePredicate, TagOp};
 use quiver_storage::{with_tags_as, ParquetFileRef, TableSnapshot, TimestampNs, TIME_COLUMN};
 
 use crate::client_types::cast_columns;
+use crate::distinct_estimate::{self, WithDistinctCounts};
 use crate::engine::STORAGE_URL;
 use crate::prune::TimeRange;
 
@@ -241,7 +242,25 @@ impl MeasurementTable {
             projection.cloned(),
         )?
         .with_limit(limit);
-        Ok(DataSourceExec::from_data_source(source))
+        let scan = DataSourceExec::from_data_source(source);
+        // Distinct counts of the tags, for the planner (see `distinct_estimate`).
+        let columns: Vec<usize> = match projection {
+            Some(p) => p.clone(),
+            None => (0..schema.fields().len()).collect(),
+        };
+        let distinct: Vec<Option<usize>> = columns
+            .iter()
+            .map(|&i| {
+                let is_tag = self.snapshot.tag_columns.contains(schema.field(i).name());
+                is_tag
+                    .then(|| distinct_estimate::memory_distinct(batches, i))
+                    .flatten()
+            })
+            .collect();
+        if distinct.iter().all(Option::is_none) {
+            return Ok(scan);
+        }
+        Ok(Arc::new(WithDistinctCounts::new(scan, distinct)))
     }
 
     fn parquet_exec(
@@ -274,6 +293,7 @@ impl MeasurementTable {
             .with_file_groups(group_files(files, partitions_max))
             .with_projection_indices(projection.cloned())?
             .with_limit(limit);
+        let mut statistics = Statistics::new_unknown(&self.schema);
         // Exact only without a limit: a scan that stops early returns fewer rows than
         // its files hold. DataFusion marks them inexact itself once a filter is pushed.
         if limit.is_none() {
@@ -281,10 +301,18 @@ impl MeasurementTable {
             let rows = usize::try_from(rows).map_err(|_| {
                 DataFusionError::Internal(format!("{rows} rows do not fit in usize"))
             })?;
-            config = config.with_statistics(
-                Statistics::new_unknown(&self.schema).with_num_rows(Precision::Exact(rows)),
-            );
+            statistics = statistics.with_num_rows(Precision::Exact(rows));
         }
+        for tag in &self.snapshot.tag_columns {
+            let (Ok(index), Some(distinct)) = (
+                self.schema.index_of(tag),
+                distinct_estimate::files_distinct(files, tag),
+            ) else {
+                continue;
+            };
+            statistics.column_statistics[index].distinct_count = Precision::Inexact(distinct);
+        }
+        config = config.with_statistics(statistics);
         Ok(DataSourceExec::from_data_source(config.build()))
     }
 }
@@ -448,6 +476,8 @@ mod tests {
             time_min: TimestampNs(0),
             time_max: TimestampNs(1),
             tombstones: Vec::new(),
+            columns: Vec::new().into(),
+            tag_distinct: Vec::new(),
         }
     }
 

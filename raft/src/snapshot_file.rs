@@ -262,6 +262,7 @@ mod tests {
             .into(),
             size_bytes: 1_000_000 + i,
             compaction: None,
+            tag_distinct: Vec::new(),
         }
     }
 

@@ -189,6 +189,7 @@ mod tests {
             columns: Vec::new().into(),
             size_bytes: 1,
             compaction: None,
+            tag_distinct: Vec::new(),
         }
     }
 

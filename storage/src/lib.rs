@@ -33,6 +33,7 @@ mod schema;
 mod store;
 mod table;
 mod table_state;
+mod tag_distinct;
 
 pub use catalog::{CatalogReport, FileSet};
 pub use durable::{
@@ -73,3 +74,4 @@ pub use table::{
     resolve_name, ParquetFileRef, SnapshotFiles, TableFiles, TableSnapshot, TableSource,
 };
 pub use table_state::{Buffered, Frozen};
+pub use tag_distinct::TAG_DISTINCT_COUNTED_MAX;

@@ -84,6 +84,12 @@ pub struct FileMeta {
     /// Absent on flushed files (their bytes are unchanged by this field's existence).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compaction: Option<CompactionMark>,
+    /// Distinct values of each tag column, in the order the tags appear in `columns`
+    /// (see `tag_distinct`): the planner's estimate of how many groups a `GROUP BY` on
+    /// tags makes. Empty on files written before it was counted (then nothing is
+    /// estimated); a count of [`crate::TAG_DISTINCT_COUNTED_MAX`] means at least that.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tag_distinct: Vec<u32>,
 }
 
 impl FileMeta {

@@ -20,6 +20,7 @@ use crate::ids::{LogIndex, TimestampNs};
 use crate::meta::{ColumnMeta, FileMeta, FILE_META_KEY, FILE_META_VERSION};
 use crate::paths::parquet_path;
 use crate::schema::{conform, with_tags_as, ColumnKind, TIME_COLUMN};
+use crate::tag_distinct::TagDistinct;
 
 /// How Parquet files are written.
 #[derive(Debug, Clone)]
@@ -111,6 +112,8 @@ pub fn encode_segment(
         let part = sorted.slice(offset, len);
         let part_time = time_values(&part)?;
         let (time_min, time_max) = min_max(part_time);
+        let mut distinct = TagDistinct::new(part.schema_ref());
+        distinct.add(&part);
         let meta = FileMeta {
             version: FILE_META_VERSION,
             path: parquet_path(
@@ -131,6 +134,7 @@ pub fn encode_segment(
             columns: columns.clone(),
             size_bytes: 0,
             compaction: None,
+            tag_distinct: distinct.finish(),
         };
         let bytes = write_parquet(&part, &meta, settings)?;
         let meta = FileMeta {

@@ -13,6 +13,8 @@ use arrow::record_batch::RecordBatch;
 use crate::file_list::FileList;
 use crate::ids::TimestampNs;
 use crate::lifecycle::{DeletePredicate, Tombstone};
+use crate::meta::ColumnMeta;
+use crate::schema::ColumnKind;
 
 /// One Parquet file as the query engine needs to know it: where it is and what it may hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +32,28 @@ pub struct ParquetFileRef {
     /// Indexes into [`TableSnapshot::tombstones`] of the deletes that hide rows of this
     /// file (a query filters them out).
     pub tombstones: Vec<usize>,
+    /// The file's columns (shared between files, as in [`FileMeta::columns`]).
+    pub columns: Arc<[ColumnMeta]>,
+    /// Distinct values per tag, as [`FileMeta::tag_distinct`] records them.
+    pub tag_distinct: Vec<u32>,
+}
+
+impl ParquetFileRef {
+    /// How many distinct values the file holds in tag column `tag`: 0 when the file has
+    /// no such column (its rows read as null there), `None` when it was not counted.
+    pub fn tag_distinct(&self, tag: &str) -> Option<u32> {
+        if self.tag_distinct.is_empty() {
+            return None;
+        }
+        let mut tags = self
+            .columns
+            .iter()
+            .filter(|c| c.kind() == Some(ColumnKind::Tag));
+        match tags.position(|c| c.name == tag) {
+            Some(position) => self.tag_distinct.get(position).copied(),
+            None => Some(0),
+        }
+    }
 }
 
 /// Everything a query needs to read one measurement, captured under the storage lock.
@@ -159,6 +183,8 @@ impl TableFiles {
                 rows: f.rows,
                 time_min: f.time_min,
                 time_max: f.time_max,
+                columns: Arc::clone(&f.columns),
+                tag_distinct: f.tag_distinct.clone(),
                 tombstones: self
                     .tombstones
                     .iter()

@@ -19,7 +19,9 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 use quiver_query::{QueryConfig, QueryEngine, QueryOutput};
-use quiver_storage::{ParquetFileRef, TableSnapshot, TableSource, TimestampNs};
+use quiver_storage::{
+    ColumnKind, ColumnMeta, FieldType, ParquetFileRef, TableSnapshot, TableSource, TimestampNs,
+};
 
 /// 2024-01-01T00:00:00Z.
 pub const T0_NS: i64 = 1_704_067_200_000_000_000;
@@ -153,7 +155,33 @@ pub fn write_parquet(root: &Path, path: &str, rows: &[Row], with_temp: bool) -> 
         time_min: TimestampNs(time_min),
         time_max: TimestampNs(time_max),
         tombstones: Vec::new(),
+        columns: column_metas(with_temp),
+        // What storage counts while writing (`FileMeta::tag_distinct`), tags in order.
+        tag_distinct: vec![distinct(rows, |r| &r.host), distinct(rows, |r| &r.region)],
     }
+}
+
+/// The columns of [`schema`] as storage records them in a file's metadata.
+fn column_metas(with_temp: bool) -> Arc<[ColumnMeta]> {
+    let mut columns = vec![
+        ColumnMeta::new("time", ColumnKind::Time),
+        ColumnMeta::new("host", ColumnKind::Tag),
+        ColumnMeta::new("region", ColumnKind::Tag),
+        ColumnMeta::new("count", ColumnKind::Field(FieldType::Integer)),
+    ];
+    if with_temp {
+        columns.push(ColumnMeta::new("temp", ColumnKind::Field(FieldType::Float)));
+    }
+    columns.push(ColumnMeta::new(
+        "usage",
+        ColumnKind::Field(FieldType::Float),
+    ));
+    columns.into()
+}
+
+fn distinct(rows: &[Row], tag: fn(&Row) -> &String) -> u32 {
+    let values: std::collections::BTreeSet<&String> = rows.iter().map(tag).collect();
+    values.len() as u32
 }
 
 /// A `TableSource` over a fixed set of snapshots; tables can be added while it is used.
@@ -275,6 +303,11 @@ impl Fixture {
             source,
             cpu,
         }
+    }
+
+    /// The directory the fixture's object store is rooted at.
+    pub fn root(&self) -> &Path {
+        self._dir.path()
     }
 
     pub fn engine(&self) -> QueryEngine {

@@ -27,6 +27,7 @@ use crate::parquet_encode::{
     min_max, tag_column_indices, time_values, ParquetSettings, StreamingParquetWriter,
 };
 use crate::schema::{canonical_schema, ColumnKind, TIME_COLUMN};
+use crate::tag_distinct::TagDistinct;
 
 /// Rows an input is read in at most.
 const READ_BATCH_ROWS_MAX: usize = 64 * 1024;
@@ -86,7 +87,9 @@ pub fn merge_files(
     let mut writer = StreamingParquetWriter::new(sink, &schema, settings)?;
     let mut rows = 0u64;
     let (mut time_min, mut time_max) = (i64::MAX, i64::MIN);
+    let mut distinct = TagDistinct::new(&schema);
     while let Some(chunk) = merger.next_chunk(keep)? {
+        distinct.add(&chunk);
         let (lo, hi) = min_max(time_values(&chunk)?);
         time_min = time_min.min(lo);
         time_max = time_max.max(hi);
@@ -110,6 +113,7 @@ pub fn merge_files(
         columns: columns.into(),
         size_bytes: 0,
         compaction: Some(job.mark()),
+        tag_distinct: distinct.finish(),
     };
     writer.finish(&meta)?;
     Ok(Some(meta))

@@ -29,6 +29,7 @@ fn file(hour: i64, log_first: u64, log_last: u64) -> FileMeta {
         .into(),
         size_bytes: 1_000,
         compaction: None,
+        tag_distinct: Vec::new(),
     }
 }
 

@@ -35,6 +35,7 @@ fn file_meta(i: u64) -> FileMeta {
         .into(),
         size_bytes: 1_000_000 + i,
         compaction: None,
+        tag_distinct: Vec::new(),
     }
 }
 

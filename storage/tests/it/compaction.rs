@@ -168,6 +168,11 @@ async fn two_replicas_merge_into_byte_identical_files_with_every_row() {
     }
     let out1 = r1.files()[0].clone();
     assert!(out1.compaction.is_some());
+    assert_eq!(
+        out1.tag_distinct,
+        vec![3],
+        "a merge counts its output's hosts"
+    );
     let (f1, f2) = (files_on_disk(d1.path()), files_on_disk(d2.path()));
     let name = out1.path.rsplit('/').next().unwrap().to_string();
     assert_eq!(

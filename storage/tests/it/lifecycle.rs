@@ -270,6 +270,7 @@ fn many_files(dir: &Path, n: u64, size: u64) -> Vec<quiver_storage::FileMeta> {
                 .into(),
                 size_bytes: size,
                 compaction: None,
+                tag_distinct: Vec::new(),
             }
         })
         .collect()

@@ -77,6 +77,9 @@ async fn a_segment_is_one_sorted_file_per_hour_with_its_own_metadata() {
             (LogIndex(1), LogIndex(6), 3)
         );
         assert_eq!(meta.path, f.path);
+        // Both hosts write in every hour: the planner's group estimate for `host`.
+        assert_eq!(meta.tag_distinct, vec![2], "distinct hosts recorded");
+        assert_eq!(f.tag_distinct("host"), Some(2), "and seen by queries");
         assert_eq!(
             meta.time_min.0 / HOUR,
             meta.time_max.0 / HOUR,
