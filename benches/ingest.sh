@@ -16,7 +16,7 @@ for MODE in fsync batch none; do
     "$BIN" serve --auth none --http-addr 127.0.0.1:$PORT --data-dir "$DIR/data" 2>"$DIR/node.log" &
   PID=$!
   for _ in $(seq 1 200); do curl -sf localhost:$PORT/ready >/dev/null && break; sleep 0.05; done
-  REPORT=$("$BIN" sizing load --url http://127.0.0.1:$PORT --rows "$ROWS" --workers "$WORKERS" --batch-size 5000)
+  REPORT=$("$BIN" sizing load --url http://127.0.0.1:$PORT --rows "$ROWS" --workers "$WORKERS" --batch-size 5000 --prepared)
   WAL_BYTES=$(curl -s localhost:$PORT/metrics | awk '/^quiver_wal_bytes_written_total /{print $2}')
   # Let the last buffer flush, then read the Parquet totals.
   for _ in $(seq 1 600); do

@@ -204,6 +204,8 @@ pub struct StorageSection {
     pub parquet_zstd_level: i32,
     /// Rows per Parquet row group at most.
     pub parquet_row_group_rows_max: usize,
+    /// Rows per Parquet data page at most (the page index prunes by pages).
+    pub parquet_page_rows_max: usize,
     /// Below this many free bytes on the data volume, writes get 503 and flushes wait
     /// (0 = no watermark).
     pub free_bytes_min: u64,
@@ -239,6 +241,7 @@ impl Default for StorageSection {
             memory_bytes_max: d.memory_bytes_max,
             parquet_zstd_level: d.parquet.zstd_level,
             parquet_row_group_rows_max: d.parquet.row_group_rows_max,
+            parquet_page_rows_max: d.parquet.page_rows_max,
             free_bytes_min: 128 * 1024 * 1024,
             object_store: None,
             object_store_endpoint: None,
@@ -682,6 +685,10 @@ impl Config {
         }
         for (name, value) in [
             ("storage.flush_rows_max", self.storage.flush_rows_max as u64),
+            (
+                "storage.parquet_page_rows_max",
+                self.storage.parquet_page_rows_max as u64,
+            ),
             (
                 "storage.flush_bytes_max",
                 self.storage.flush_bytes_max as u64,

@@ -52,6 +52,7 @@ pub async fn serve(config: Config) -> Result<()> {
         parquet: ParquetSettings {
             zstd_level: config.storage.parquet_zstd_level,
             row_group_rows_max: config.storage.parquet_row_group_rows_max,
+            page_rows_max: config.storage.parquet_page_rows_max,
         },
         compaction: CompactionSettings {
             enabled: config.compaction.enabled,

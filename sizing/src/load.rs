@@ -86,6 +86,11 @@ pub struct LoadArgs {
     /// Time step between a host's rows, in milliseconds.
     #[arg(long, default_value_t = 10)]
     pub interval_ms: u64,
+    /// Encode every batch before the clock starts (needs `--rows`; holds every body in
+    /// memory), so that during the run the sender spends no CPU on encoding, which on
+    /// a machine shared with the node is CPU taken from it.
+    #[arg(long)]
+    pub prepared: bool,
     /// Skip the persisted == acked check.
     #[arg(long)]
     pub no_verify: bool,
@@ -209,6 +214,21 @@ pub async fn load(args: LoadArgs) -> Result<LoadReport> {
     });
     let names = Arc::new(host_names(args.hosts));
     let client = client_for(&args, args.workers)?;
+    let prepared = match (args.prepared, rows_limit) {
+        (false, _) => None,
+        (true, Some(rows)) if args.duration_s.is_none() => Some(Arc::new(prepare_bodies(
+            &shape,
+            &names,
+            args.format,
+            rows,
+            args.batch_size,
+        )?)),
+        (true, _) => {
+            return Err(Error::InvalidArgs(
+                "--prepared needs --rows (and no --duration-s): every body is encoded first".into(),
+            ))
+        }
+    };
     let started = Instant::now();
     let shared = Arc::new(Shared {
         next_seq: AtomicU64::new(0),
@@ -244,12 +264,13 @@ pub async fn load(args: LoadArgs) -> Result<LoadReport> {
     let format = args.format;
     let mut tasks = Vec::with_capacity(args.workers);
     for _ in 0..args.workers {
-        let (client, shared, shape, names, url) = (
+        let (client, shared, shape, names, url, prepared) = (
             client.clone(),
             shared.clone(),
             shape.clone(),
             names.clone(),
             url.clone(),
+            prepared.clone(),
         );
         let (token, database, batch_size, retry_refused_s) = (
             args.token.clone(),
@@ -261,10 +282,10 @@ pub async fn load(args: LoadArgs) -> Result<LoadReport> {
             let mut latencies: Vec<u32> = Vec::new();
             while let Some((first, rows)) = shared.claim(batch_size) {
                 // Shared by every try of this batch.
-                let body = bytes::Bytes::from(match format {
-                    WireFormat::Msgpack => encode_columnar_batch(&shape, &names, first, rows),
-                    WireFormat::Lp => encode_lp_batch(&shape, &names, first, rows),
-                });
+                let body = match prepared.as_ref().and_then(|p| p.get(&first)) {
+                    Some(body) => body.clone(),
+                    None => encode_body(format, &shape, &names, first, rows),
+                };
                 let sent = Instant::now();
                 // No end if the budget overflows the clock: retry as long as the run lasts.
                 let give_up_at = sent.checked_add(Duration::from_secs(retry_refused_s));
@@ -381,6 +402,57 @@ pub async fn load(args: LoadArgs) -> Result<LoadReport> {
         report.persisted_equals_acked = Some(persisted == acked);
     }
     Ok(report)
+}
+
+fn encode_body(
+    format: WireFormat,
+    shape: &BatchShape,
+    names: &[String],
+    first: u64,
+    rows: u64,
+) -> bytes::Bytes {
+    bytes::Bytes::from(match format {
+        WireFormat::Msgpack => encode_columnar_batch(shape, names, first, rows),
+        WireFormat::Lp => encode_lp_batch(shape, names, first, rows),
+    })
+}
+
+/// Bodies prepared before a `--prepared` run, by the sequence number of their first row
+/// (the batches [`Shared::claim`] hands out for `rows` rows).
+type PreparedBodies = std::collections::HashMap<u64, bytes::Bytes>;
+
+/// Encodes every batch of a `rows`-row run, on every core.
+fn prepare_bodies(
+    shape: &BatchShape,
+    names: &[String],
+    format: WireFormat,
+    rows: u64,
+    batch_size: u64,
+) -> Result<PreparedBodies> {
+    let firsts: Vec<u64> = (0..rows).step_by(batch_size as usize).collect();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = firsts.len().div_ceil(threads).max(1);
+    let bodies = std::thread::scope(|scope| {
+        let parts: Vec<_> = firsts
+            .chunks(chunk)
+            .map(|part| {
+                scope.spawn(move || {
+                    part.iter()
+                        .map(|&first| {
+                            let n = batch_size.min(rows - first);
+                            (first, encode_body(format, shape, names, first, n))
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        parts
+            .into_iter()
+            .map(|part| part.join())
+            .collect::<std::result::Result<Vec<_>, _>>()
+    })
+    .map_err(|_| Error::malformed("preparing the bodies", "an encoding thread panicked"))?;
+    Ok(bodies.into_iter().flatten().collect())
 }
 
 /// The wait a 429/503 asks for, capped at [`RETRY_BACKOFF_MAX`].

@@ -28,6 +28,7 @@ mod parquet_encode;
 mod paths;
 mod policies;
 pub mod prom_remote;
+mod row_order;
 mod rows;
 mod schema;
 mod store;

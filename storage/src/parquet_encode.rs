@@ -2,10 +2,8 @@
 //! tags then time, tags dictionary-encoded, zstd, page statistics, and the file's own
 //! [`FileMeta`] in its key-value metadata.
 
-use std::sync::Arc;
-
-use arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch};
-use arrow::compute::{concat_batches, lexsort_to_indices, take_record_batch, SortColumn};
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, SchemaRef, TimestampNanosecondType};
 use bytes::Bytes;
 use parquet::arrow::arrow_writer::ArrowWriterOptions;
@@ -19,8 +17,13 @@ use crate::error::{Error, Result};
 use crate::ids::{LogIndex, TimestampNs};
 use crate::meta::{ColumnMeta, FileMeta, FILE_META_KEY, FILE_META_VERSION};
 use crate::paths::parquet_path;
+use crate::row_order::sort_by_hour_tags_time;
 use crate::schema::{conform, with_tags_as, ColumnKind, TIME_COLUMN};
 use crate::tag_distinct::TagDistinct;
+
+/// Rows per data page by default: Parquet's own default (`docs/benchmarks.md`, "Page size",
+/// measures others on the TSBS shape).
+pub const PAGE_ROWS_MAX_DEFAULT: usize = 20_000;
 
 /// How Parquet files are written.
 #[derive(Debug, Clone)]
@@ -29,6 +32,9 @@ pub struct ParquetSettings {
     pub zstd_level: i32,
     /// Rows per row group at most.
     pub row_group_rows_max: usize,
+    /// Rows per data page at most: the unit the page index prunes by (a query for one
+    /// series decodes the pages its rows share with their neighbours).
+    pub page_rows_max: usize,
 }
 
 impl Default for ParquetSettings {
@@ -36,6 +42,7 @@ impl Default for ParquetSettings {
         ParquetSettings {
             zstd_level: 3,
             row_group_rows_max: 1024 * 1024,
+            page_rows_max: PAGE_ROWS_MAX_DEFAULT,
         }
     }
 }
@@ -174,39 +181,6 @@ pub(crate) fn tag_column_indices(schema: &arrow::datatypes::Schema) -> Vec<usize
         .collect()
 }
 
-fn sort_by_hour_tags_time(batch: &RecordBatch) -> Result<RecordBatch> {
-    let time = time_values(batch)?;
-    let hours: ArrayRef = Arc::new(Int64Array::from_iter_values(
-        time.values().iter().map(|&t| TimestampNs(t).hour_floor().0),
-    ));
-    sort_rows(
-        batch,
-        vec![SortColumn {
-            values: hours,
-            options: None,
-        }],
-    )
-}
-
-/// Sorts by `leading` keys, then tags, then time. Deterministic (the same input gives
-/// the same order on every replica), which byte-identical files depend on.
-fn sort_rows(batch: &RecordBatch, leading: Vec<SortColumn>) -> Result<RecordBatch> {
-    let mut keys = leading;
-    for i in tag_column_indices(&batch.schema()) {
-        keys.push(SortColumn {
-            values: batch.column(i).clone(),
-            options: None,
-        });
-    }
-    let time_index = batch.schema().index_of(TIME_COLUMN)?;
-    keys.push(SortColumn {
-        values: batch.column(time_index).clone(),
-        options: None,
-    });
-    let indices = lexsort_to_indices(&keys, None)?;
-    Ok(take_record_batch(batch, &indices)?)
-}
-
 pub(crate) fn write_parquet(
     batch: &RecordBatch,
     meta: &FileMeta,
@@ -312,6 +286,7 @@ fn writer_properties(
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(settings.zstd_level)?))
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_max_row_group_row_count(Some(settings.row_group_rows_max))
+        .set_data_page_row_count_limit(settings.page_rows_max.max(1))
         .set_sorting_columns(Some(sorting))
         .set_key_value_metadata(Some(metadata))
         .set_column_dictionary_enabled(time_path.clone(), false)
