@@ -285,7 +285,7 @@ fn decode_values(
             _ => 0,
         };
         budget.charge(VALUE_BYTES_MAX + string_bytes)?;
-        values = push(values, token, capacity).map_err(|expected| {
+        push(&mut values, token, capacity).map_err(|expected| {
             cur.error(format!(
                 "column {name:?} row {row}: {} mixed with {expected}; a column holds one type",
                 token.type_name()
@@ -295,16 +295,32 @@ fn decode_values(
     Ok(values)
 }
 
-/// Appends one token; on a type mix returns the type the column already has.
+/// Appends one token in place (the builders are large: moving one per value was a
+/// twentieth of a node's CPU during ingest); on a type mix returns the type the column
+/// already has.
 fn push(
-    values: Values,
+    values: &mut Values,
     token: Token<'_>,
     capacity: usize,
-) -> std::result::Result<Values, &'static str> {
-    Ok(match (values, token) {
-        (Values::AllNull(n), Token::Nil) => Values::AllNull(n + 1),
+) -> std::result::Result<(), &'static str> {
+    match (&mut *values, token) {
+        (Values::Float(b), Token::Float(x)) => b.append_value(x),
+        (Values::Float(b), Token::Int(x)) => b.append_value(x as f64),
+        (Values::Float(b), Token::UInt(x)) => b.append_value(x as f64),
+        (Values::Integer(b), Token::Int(x)) => b.append_value(x),
+        (Values::UInteger(b), Token::Int(x)) if x >= 0 => b.append_value(x as u64),
+        (Values::UInteger(b), Token::UInt(x)) => b.append_value(x),
+        (Values::Boolean(b), Token::Bool(x)) => b.append_value(x),
+        (Values::Strings(b), Token::Str(s)) => {
+            if b.append(s).is_err() {
+                return Err("too many distinct strings");
+            }
+        }
+        (Values::AllNull(n), Token::Nil) => *n += 1,
+        (v, Token::Nil) => append_nulls(v, 1),
         (Values::AllNull(n), first) => {
-            let mut v = match first {
+            let nulls = *n;
+            let mut typed = match first {
                 Token::Float(_) => Values::Float(Float64Builder::with_capacity(capacity)),
                 Token::Int(_) => Values::Integer(Int64Builder::with_capacity(capacity)),
                 Token::UInt(_) => Values::UInteger(UInt64Builder::with_capacity(capacity)),
@@ -315,38 +331,19 @@ fn push(
                 }
                 _ => return Err("no supported type"),
             };
-            append_nulls(&mut v, n);
-            return push(v, first, capacity);
+            append_nulls(&mut typed, nulls);
+            *values = typed;
+            return push(values, first, capacity);
         }
-        (mut v, Token::Nil) => {
-            append_nulls(&mut v, 1);
-            v
-        }
-        (Values::Float(mut b), Token::Float(x)) => {
-            b.append_value(x);
-            Values::Float(b)
-        }
-        (Values::Float(mut b), Token::Int(x)) => {
-            b.append_value(x as f64);
-            Values::Float(b)
-        }
-        (Values::Float(mut b), Token::UInt(x)) => {
-            b.append_value(x as f64);
-            Values::Float(b)
-        }
-        (Values::Integer(mut b), Token::Int(x)) => {
-            b.append_value(x);
-            Values::Integer(b)
-        }
-        (Values::Integer(mut b), Token::Float(x)) => {
+        (Values::Integer(b), Token::Float(x)) => {
             // Writers that do not distinguish 1 from 1.0: the column becomes float.
             let ints = b.finish();
             let mut f = Float64Builder::with_capacity(capacity);
             f.extend(ints.iter().map(|v| v.map(|v| v as f64)));
             f.append_value(x);
-            Values::Float(f)
+            *values = Values::Float(f);
         }
-        (Values::Integer(mut b), Token::UInt(x)) => {
+        (Values::Integer(b), Token::UInt(x)) => {
             let ints = b.finish();
             if ints.iter().flatten().any(|v| v < 0) {
                 return Err("negative integers (values span more than 64 bits)");
@@ -354,31 +351,14 @@ fn push(
             let mut u = UInt64Builder::with_capacity(capacity);
             u.extend(ints.iter().map(|v| v.map(|v| v as u64)));
             u.append_value(x);
-            Values::UInteger(u)
-        }
-        (Values::UInteger(mut b), Token::Int(x)) if x >= 0 => {
-            b.append_value(x as u64);
-            Values::UInteger(b)
-        }
-        (Values::UInteger(mut b), Token::UInt(x)) => {
-            b.append_value(x);
-            Values::UInteger(b)
-        }
-        (Values::Boolean(mut b), Token::Bool(x)) => {
-            b.append_value(x);
-            Values::Boolean(b)
-        }
-        (Values::Strings(mut b), Token::Str(s)) => {
-            if b.append(s).is_err() {
-                return Err("too many distinct strings");
-            }
-            Values::Strings(b)
+            *values = Values::UInteger(u);
         }
         (Values::Float(_), _) => return Err("float"),
         (Values::Integer(_), _) | (Values::UInteger(_), _) => return Err("integer"),
         (Values::Boolean(_), _) => return Err("boolean"),
         (Values::Strings(_), _) => return Err("string"),
-    })
+    }
+    Ok(())
 }
 
 fn append_nulls(values: &mut Values, n: usize) {
