@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # Line-protocol ingest, Quiver against VictoriaMetrics on the same machine in the same
-# run (issue 3). Both get identical batches from `quiver sizing load --format lp` posted
-# to `/write`: 5000-row batches, a `host` tag, three float fields. Quiver runs with
+# run (issues 3, 13). Both get identical batches from `quiver sizing load --format lp`
+# posted to `/write`: 5000-row batches of Arc's shape (a `host` tag, three float fields)
+# or TSBS's cpu-only shape (ten tags, ten integer fields). Bodies are encoded before the
+# clock starts (`--prepared`), for both servers. Quiver runs with
 # wal.sync=fsync (its default). VictoriaMetrics runs with its defaults (it does not fsync
 # per request: an acknowledged write can sit in memory for about a second).
 #
-#   benches/lp_vs_victoriametrics.sh [ROWS] [WORKERS]     (defaults: 5000000 rows, 8)
+#   benches/lp_vs_victoriametrics.sh [ROWS] [WORKERS] [SHAPE]   (defaults: 5000000, 8, arc)
+#
+# SHAPE is arc or tsbs. Also reported: each server's peak resident memory (VmHWM) over
+# its two runs. QUIVER_BIN=<path> measures that binary instead of building one.
 #
 # Needs /usr/bin/victoria-metrics (`apt-get install victoria-metrics`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROWS="${1:-5000000}"
 WORKERS="${2:-8}"
+SHAPE="${3:-arc}"
 source benches/release_binary.sh
 VM=/usr/bin/victoria-metrics
 [ -x "$VM" ] || { echo "install victoria-metrics first: apt-get install victoria-metrics" >&2; exit 1; }
@@ -35,10 +41,10 @@ wait_ready http://127.0.0.1:$QPORT/ready
 wait_ready http://127.0.0.1:$VPORT/health
 
 # Alternate the targets so neither always runs on a warmer machine.
-Q1=$("$BIN" sizing load --format lp --url http://127.0.0.1:$QPORT --rows "$ROWS" --workers "$WORKERS" --batch-size 5000)
-V1=$("$BIN" sizing load --format lp --url http://127.0.0.1:$VPORT --rows "$ROWS" --workers "$WORKERS" --batch-size 5000 --no-verify --measurement cpu1)
-V2=$("$BIN" sizing load --format lp --url http://127.0.0.1:$VPORT --rows "$ROWS" --workers "$WORKERS" --batch-size 5000 --no-verify --measurement cpu2)
-Q2=$("$BIN" sizing load --format lp --url http://127.0.0.1:$QPORT --rows "$ROWS" --workers "$WORKERS" --batch-size 5000 --measurement cpu2)
+Q1=$("$BIN" sizing load --format lp --url http://127.0.0.1:$QPORT --rows "$ROWS" --workers "$WORKERS" --batch-size 5000 --shape "$SHAPE" --prepared)
+V1=$("$BIN" sizing load --format lp --url http://127.0.0.1:$VPORT --rows "$ROWS" --workers "$WORKERS" --batch-size 5000 --shape "$SHAPE" --prepared --no-verify --measurement cpu1)
+V2=$("$BIN" sizing load --format lp --url http://127.0.0.1:$VPORT --rows "$ROWS" --workers "$WORKERS" --batch-size 5000 --shape "$SHAPE" --prepared --no-verify --measurement cpu2)
+Q2=$("$BIN" sizing load --format lp --url http://127.0.0.1:$QPORT --rows "$ROWS" --workers "$WORKERS" --batch-size 5000 --shape "$SHAPE" --prepared --measurement cpu2)
 
 # VictoriaMetrics stores one series per field: count what it kept of the first field.
 curl -sf http://127.0.0.1:$VPORT/internal/force_flush >/dev/null
@@ -49,14 +55,20 @@ VM_ROWS=$(curl -sf "http://127.0.0.1:$VPORT/api/v1/query" \
   --data-urlencode "time=$(( $(date +%s) + 3600 ))" \
   | python3 -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; print(int(float(r[0]["value"][1])) if r else 0)')
 
-python3 - "$Q1" "$Q2" "$V1" "$V2" "$VM_ROWS" <<'PY'
+# Peak resident memory of each server over both of its runs, in MiB.
+hwm() { awk '/^VmHWM/{print int($2/1024)}' "/proc/$1/status"; }
+Q_HWM=$(hwm $QPID)
+V_HWM=$(hwm $VPID)
+
+python3 - "$Q1" "$Q2" "$V1" "$V2" "$VM_ROWS" "$SHAPE" "$Q_HWM" "$V_HWM" <<'PY'
 import json, sys
 q1, q2, v1, v2 = (json.loads(a) for a in sys.argv[1:5])
 vm_rows = int(sys.argv[5])
+shape, q_hwm, v_hwm = sys.argv[6], int(sys.argv[7]), int(sys.argv[8])
 q = (q1["rows_per_s"] + q2["rows_per_s"]) / 2
 v = (v1["rows_per_s"] + v2["rows_per_s"]) / 2
 print(json.dumps({
-    "rows_per_run": q1["offered_rows"],
+    "shape": shape, "rows_per_run": q1["offered_rows"],
     "quiver_rows_per_s": round(q), "victoriametrics_rows_per_s": round(v),
     "ratio_quiver_over_vm": round(q / v, 3),
     "quiver_runs": [round(q1["rows_per_s"]), round(q2["rows_per_s"])],
@@ -66,5 +78,7 @@ print(json.dumps({
     "vm_acked_rows": v1["acked_rows"] + v2["acked_rows"], "vm_rows_found": vm_rows,
     "quiver_p99_ms": [q1["latency_ms"]["p99"], q2["latency_ms"]["p99"]],
     "vm_p99_ms": [v1["latency_ms"]["p99"], v2["latency_ms"]["p99"]],
+    "quiver_peak_rss_mib": q_hwm, "vm_peak_rss_mib": v_hwm,
+    "peak_rss_ratio_quiver_over_vm": round(q_hwm / max(v_hwm, 1), 2),
 }, indent=1))
 PY

@@ -4,7 +4,7 @@
 //! the WAL. The batch is the load generator's Arc shape: 5000 rows, 1000 hosts.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use quiver_sizing::{encode_columnar_batch, host_names, BatchShape};
+use quiver_sizing::{encode_columnar_batch, host_names, BatchShape, RowKind};
 use quiver_storage::{decode_batch, encode_batch_packed, EntryCompression};
 
 const ROWS: u64 = 5000;
@@ -15,6 +15,7 @@ fn bench(c: &mut Criterion) {
         hosts: 1000,
         start_ns: 1_700_000_000_000_000_000,
         interval_ns: 10_000_000,
+        kind: RowKind::Arc,
     };
     let payload = encode_columnar_batch(&shape, &host_names(1000), 0, ROWS);
     let (_, batch) = quiver_storage::decode_msgpack(

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use quiver_sizing::{encode_columnar_batch, host_names, BatchShape};
+use quiver_sizing::{encode_columnar_batch, host_names, BatchShape, RowKind};
 
 #[derive(serde::Deserialize)]
 #[allow(dead_code)]
@@ -30,6 +30,7 @@ fn bench(c: &mut Criterion) {
         hosts: 1000,
         start_ns: 1_700_000_000_000_000_000,
         interval_ns: 10_000_000,
+        kind: RowKind::Arc,
     };
     let names = host_names(1000);
     let payload = encode_columnar_batch(&shape, &names, 0, 5000);

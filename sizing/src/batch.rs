@@ -1,6 +1,40 @@
-//! Arc-shaped columnar MessagePack batches: `time`, a `host` tag from N hosts, three f64
-//! fields. Every row is unique: row `seq` belongs to host `seq % hosts` at time
-//! `start + (seq / hosts) * interval`.
+//! Generated batches: Arc's shape (`time`, a `host` tag from N hosts, three f64 fields)
+//! or TSBS's `cpu-only` shape ([`crate::tsbs_rows`]). Every row is unique: row `seq`
+//! belongs to host `seq % hosts` at time `start + (seq / hosts) * interval`.
+
+use crate::tsbs_rows;
+
+/// Which rows a run generates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RowKind {
+    /// Arc's shape: a `host` tag and three float fields (about 50 bytes a row).
+    #[default]
+    Arc,
+    /// TSBS devops `cpu-only`: ten tags and ten integer fields (about 300 bytes of line
+    /// protocol a row), the shape most time-series evaluations use.
+    Tsbs,
+}
+
+impl RowKind {
+    /// The tag that names a row's host (the audit computes a row's batch from it).
+    pub fn host_column(self) -> &'static str {
+        match self {
+            RowKind::Arc => "host",
+            RowKind::Tsbs => "hostname",
+        }
+    }
+
+    /// Host names `host-0 ..` (Arc) or `host_0 ..` (TSBS); both have a five-character
+    /// prefix before the number, which the audit relies on.
+    pub fn host_names(self, hosts: u64) -> Vec<String> {
+        let separator = match self {
+            RowKind::Arc => '-',
+            RowKind::Tsbs => '_',
+        };
+        (0..hosts).map(|h| format!("host{separator}{h}")).collect()
+    }
+}
 
 /// What the generated rows look like.
 #[derive(Debug, Clone)]
@@ -13,6 +47,8 @@ pub struct BatchShape {
     pub start_ns: i64,
     /// Time step between a host's consecutive rows, in nanoseconds.
     pub interval_ns: i64,
+    /// Arc's rows or TSBS's.
+    pub kind: RowKind,
 }
 
 impl BatchShape {
@@ -37,6 +73,9 @@ pub fn encode_columnar_batch(
     first: u64,
     rows: u64,
 ) -> Vec<u8> {
+    if shape.kind == RowKind::Tsbs {
+        return tsbs_rows::encode_columnar(shape, host_names, first, rows);
+    }
     let n = rows as u32;
     let mut buf = Vec::with_capacity(rows as usize * 48 + 256);
     // Writing into a Vec cannot fail; the results are ignored on purpose.
@@ -74,6 +113,9 @@ pub fn encode_lp_batch(
     rows: u64,
 ) -> Vec<u8> {
     use std::io::Write;
+    if shape.kind == RowKind::Tsbs {
+        return tsbs_rows::encode_lp(shape, host_names, first, rows);
+    }
     let mut buf = Vec::with_capacity(rows as usize * 110);
     for seq in first..first + rows {
         // Writing into a Vec cannot fail.
@@ -91,9 +133,9 @@ pub fn encode_lp_batch(
     buf
 }
 
-/// Host names `host-0 .. host-{n-1}`.
+/// Host names `host-0 .. host-{n-1}` (Arc's shape).
 pub fn host_names(hosts: u64) -> Vec<String> {
-    (0..hosts).map(|h| format!("host-{h}")).collect()
+    RowKind::Arc.host_names(hosts)
 }
 
 #[cfg(test)]
@@ -107,6 +149,7 @@ mod tests {
             hosts: 3,
             start_ns: 1_700_000_000_000_000_000,
             interval_ns: 1_000,
+            kind: RowKind::Arc,
         };
         let names = host_names(3);
         let bytes = encode_columnar_batch(&shape, &names, 0, 7);

@@ -1,6 +1,7 @@
 //! Rows per batch, counted by the server: the SQL half of [`crate::audit`].
 //!
-//! The batch of a stored row is computed back from its `host` (`host-N`) and `time`:
+//! The batch of a stored row is computed back from its host tag (`host-N` or `host_N`,
+//! [`crate::RowKind::host_column`]) and `time`:
 //! `seq = (time − start) / interval × hosts + N`, `batch = seq / batch_rows`. The count
 //! runs in time slices of about [`AUDIT_ROWS_PER_QUERY`] rows, each keeping only the
 //! batches it owns (a time step's rows can belong to two batches); the last slice has
@@ -46,11 +47,12 @@ pub async fn count_batches(
         };
         let sql = format!(
             "SELECT (((CAST(time AS BIGINT) - {start}) / {interval}) * {hosts} \
-             + CAST(substr(host, 6) AS BIGINT)) / {batch_rows} AS batch, count(*) AS n \
+             + CAST(substr(\"{host}\", 6) AS BIGINT)) / {batch_rows} AS batch, count(*) AS n \
              FROM \"{table}\" WHERE time >= to_timestamp_nanos({time_lo}){upper} GROUP BY 1",
             start = shape.start_ns,
             interval = shape.interval_ns,
             hosts = shape.hosts,
+            host = shape.kind.host_column(),
         );
         for row in target.sql(&sql).await? {
             let (Some(batch), Some(n)) = (

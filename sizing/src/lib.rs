@@ -31,11 +31,12 @@ mod report;
 mod resources;
 mod stats;
 mod target;
+mod tsbs_rows;
 mod units;
 
 pub use audit::{audit, Audit, BatchOutcome};
 pub use batch::host_names;
-pub use batch::{encode_columnar_batch, encode_lp_batch, BatchShape};
+pub use batch::{encode_columnar_batch, encode_lp_batch, BatchShape, RowKind};
 pub use campaign::{run_campaign, RunArgs};
 pub use drill::{drill, run_drill, DrillArgs, DrillRecord, DrillReport};
 pub use error::{Error, Result};

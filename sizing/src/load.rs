@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::sync::Mutex as StdMutex;
 
-use crate::batch::{encode_columnar_batch, encode_lp_batch, host_names, BatchShape};
+use crate::batch::{encode_columnar_batch, encode_lp_batch, BatchShape, RowKind};
 use crate::error::{Error, Result};
 use crate::load_report::{Latency, LoadReport};
 
@@ -83,6 +83,10 @@ pub struct LoadArgs {
     /// Open loop: requests in flight at most.
     #[arg(long, default_value_t = 256)]
     pub in_flight_max: usize,
+    /// Which rows to send: Arc's (a `host` tag, three floats) or TSBS devops cpu-only's
+    /// (ten tags, ten integers).
+    #[arg(long, value_enum, default_value_t = RowKind::Arc)]
+    pub shape: RowKind,
     /// Time step between a host's rows, in milliseconds.
     #[arg(long, default_value_t = 10)]
     pub interval_ms: u64,
@@ -211,8 +215,9 @@ pub async fn load(args: LoadArgs) -> Result<LoadReport> {
         hosts: args.hosts,
         start_ns,
         interval_ns: (args.interval_ms as i64) * 1_000_000,
+        kind: args.shape,
     });
-    let names = Arc::new(host_names(args.hosts));
+    let names = Arc::new(args.shape.host_names(args.hosts));
     let client = client_for(&args, args.workers)?;
     let prepared = match (args.prepared, rows_limit) {
         (false, _) => None,

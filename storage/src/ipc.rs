@@ -183,6 +183,39 @@ mod tests {
     }
 
     #[test]
+    fn a_decoded_wide_batch_is_counted_at_about_its_size() {
+        // Twenty columns: decoded, they all point into one IPC message body.
+        let mut columns = serde_json::Map::new();
+        let rows = 5_000usize;
+        columns.insert("time".into(), (0..rows as i64).collect::<Vec<_>>().into());
+        for tag in 0..10 {
+            let values: Vec<String> = (0..rows).map(|i| format!("v{}", i % 50)).collect();
+            columns.insert(format!("tag{tag}"), values.into());
+        }
+        for field in 0..10 {
+            let values: Vec<i64> = (0..rows as i64).map(|i| i % 101 + field).collect();
+            columns.insert(format!("field{field}"), values.into());
+        }
+        let tags: Vec<String> = (0..10).map(|t| format!("tag{t}")).collect();
+        let payload =
+            rmp_serde::to_vec(&serde_json::json!({"m": "cpu", "tags": tags, "columns": columns}))
+                .unwrap();
+        let (_, batch) = decode_msgpack(&payload, 0, &crate::WriteLimits::default(), &|_| None)
+            .unwrap()
+            .remove(0);
+        for compression in [EntryCompression::None, EntryCompression::Zstd] {
+            let entry = encode_batch_packed(&batch, compression).unwrap();
+            let decoded = decode_batch(&entry).unwrap();
+            let ipc_bytes = encode_batch(&decoded).unwrap().len();
+            let held = crate::table_state::held_bytes(&decoded);
+            assert!(
+                held <= ipc_bytes * 2 && held * 2 >= ipc_bytes,
+                "{compression:?}: counted {held} bytes for an IPC stream of {ipc_bytes}"
+            );
+        }
+    }
+
+    #[test]
     fn packed_batches_round_trip_and_are_smaller() {
         let batch = arc_shape_batch(5_000);
         let plain = encode_batch_packed(&batch, EntryCompression::None).unwrap();

@@ -57,7 +57,7 @@ pub use line_protocol::{
 };
 pub use meta::{ColumnMeta, CompactionMark, FileMeta, FILE_META_KEY};
 pub use msgpack::decode_msgpack;
-pub use parquet_encode::ParquetSettings;
+pub use parquet_encode::{encode_segment, EncodedFile, ParquetSettings, SegmentSource};
 pub use paths::{escaped_len, parquet_path, PATH_COMPONENT_BYTES_MAX};
 pub use policies::{Policies, PolicyChange, PolicyOutcome, Scope, TokenRecord};
 pub use prom_remote::{decode_prom_write, PromWrite, RejectedSeries};

@@ -2,8 +2,7 @@
 //! tags then time, tags dictionary-encoded, zstd, page statistics, and the file's own
 //! [`FileMeta`] in its key-value metadata.
 
-use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::compute::concat_batches;
+use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::{DataType, SchemaRef, TimestampNanosecondType};
 use bytes::Bytes;
 use parquet::arrow::arrow_writer::ArrowWriterOptions;
@@ -17,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::ids::{LogIndex, TimestampNs};
 use crate::meta::{ColumnMeta, FileMeta, FILE_META_KEY, FILE_META_VERSION};
 use crate::paths::parquet_path;
-use crate::row_order::sort_by_hour_tags_time;
+use crate::row_order::{segment_order, RowRef};
 use crate::schema::{conform, with_tags_as, ColumnKind, TIME_COLUMN};
 use crate::tag_distinct::TagDistinct;
 
@@ -72,7 +71,19 @@ pub struct SegmentSource<'a> {
     pub log_last: LogIndex,
 }
 
+/// Rows taken from a segment's batches at a time, in file order, while it is written:
+/// the most a flush holds beyond the segment itself (a multiple of the writer's batch
+/// of 1,024 rows and a divisor of the row-group size, so pages and row groups fall
+/// where one write of the whole file would put them).
+const FLUSH_CHUNK_ROWS: usize = 64 * 1024;
+
 /// Encodes a segment into one Parquet file per hour of data it holds.
+///
+/// The rows are never concatenated or copied whole: their order is computed from the
+/// sort keys alone ([`segment_order`]) and each file is written from chunks of
+/// [`FLUSH_CHUNK_ROWS`] taken in that order. A flush used to hold three copies of its
+/// segment at once (the buffers, their concatenation and its sorted copy); now it holds
+/// the buffers, one chunk and the encoded file.
 pub fn encode_segment(
     source: &SegmentSource<'_>,
     settings: &ParquetSettings,
@@ -82,25 +93,24 @@ pub fn encode_segment(
         .batches
         .iter()
         .map(|b| conform(b, source.schema))
+        .filter(|b| b.as_ref().map_or(true, |b| b.num_rows() > 0))
         .collect::<Result<_>>()?;
-    let all = concat_batches(source.schema, &conformed)?;
-    if all.num_rows() == 0 {
+    let segment = segment_order(&conformed)?;
+    let order = &segment.rows;
+    if order.is_empty() {
         return Ok(Vec::new());
     }
-    let sorted = sort_by_hour_tags_time(&all)?;
-    let time = time_values(&sorted)?;
+    let times: Vec<&[i64]> = conformed
+        .iter()
+        .map(|b| time_values(b).map(|t| t.values().as_ref()))
+        .collect::<Result<_>>()?;
+    let time_of = |&(batch, row): &RowRef| times[batch as usize][row as usize];
+    let hour_of = |r: &RowRef| TimestampNs(time_of(r)).hour_floor();
     let mut runs: Vec<(TimestampNs, usize, usize)> = Vec::new();
     let mut start = 0;
-    for i in 1..=time.len() {
-        let boundary = i == time.len()
-            || TimestampNs(time.value(i)).hour_floor()
-                != TimestampNs(time.value(start)).hour_floor();
-        if boundary {
-            runs.push((
-                TimestampNs(time.value(start)).hour_floor(),
-                start,
-                i - start,
-            ));
+    for i in 1..=order.len() {
+        if i == order.len() || hour_of(&order[i]) != hour_of(&order[start]) {
+            runs.push((hour_of(&order[start]), start, i - start));
             start = i;
         }
     }
@@ -116,11 +126,19 @@ pub fn encode_segment(
         .collect();
     let mut out = Vec::with_capacity(runs.len());
     for (hour, offset, len) in runs {
-        let part = sorted.slice(offset, len);
-        let part_time = time_values(&part)?;
-        let (time_min, time_max) = min_max(part_time);
-        let mut distinct = TagDistinct::new(part.schema_ref());
-        distinct.add(&part);
+        let rows = &order[offset..offset + len];
+        let (time_min, time_max) = rows
+            .iter()
+            .map(time_of)
+            .fold((i64::MAX, i64::MIN), |(lo, hi), t| (lo.min(t), hi.max(t)));
+        let mut bytes: Vec<u8> = Vec::new();
+        let mut distinct = TagDistinct::new(source.schema);
+        let mut writer = StreamingParquetWriter::new(&mut bytes, source.schema, settings)?;
+        for chunk in rows.chunks(FLUSH_CHUNK_ROWS) {
+            let part = segment.take(&conformed, source.schema, chunk)?;
+            distinct.add(&part);
+            writer.write(&part)?;
+        }
         let meta = FileMeta {
             version: FILE_META_VERSION,
             path: parquet_path(
@@ -143,12 +161,15 @@ pub fn encode_segment(
             compaction: None,
             tag_distinct: distinct.finish(),
         };
-        let bytes = write_parquet(&part, &meta, settings)?;
+        writer.finish(&meta)?;
         let meta = FileMeta {
             size_bytes: bytes.len() as u64,
             ..meta
         };
-        out.push(EncodedFile { meta, bytes });
+        out.push(EncodedFile {
+            meta,
+            bytes: Bytes::from(bytes),
+        });
     }
     Ok(out)
 }
@@ -179,23 +200,6 @@ pub(crate) fn tag_column_indices(schema: &arrow::datatypes::Schema) -> Vec<usize
         .filter(|(_, f)| ColumnKind::from_arrow(f.name(), f.data_type()) == Some(ColumnKind::Tag))
         .map(|(i, _)| i)
         .collect()
-}
-
-pub(crate) fn write_parquet(
-    batch: &RecordBatch,
-    meta: &FileMeta,
-    settings: &ParquetSettings,
-) -> Result<Bytes> {
-    let schema = batch.schema();
-    let mut buffer = Vec::with_capacity(batch.get_array_memory_size() / 4 + 4096);
-    let options = ArrowWriterOptions::new()
-        .with_properties(writer_properties(&schema, settings, Some(meta))?)
-        .with_skip_arrow_metadata(true);
-    let mut writer = ArrowWriter::try_new_with_options(&mut buffer, schema, options)?;
-    writer.write(batch)?;
-    writer.close()?;
-    debug_assert!(batch.num_rows() == 0 || batch.column(0).len() == batch.num_rows());
-    Ok(Bytes::from(buffer))
 }
 
 /// Bytes a streamed file's open row group may hold (encoded) before it is closed

@@ -9,8 +9,12 @@
 //! sorting columns say), and rows equal on every key keep their input order, so the
 //! same rows give the same order on every replica.
 
-use arrow::array::{Array, AsArray, DictionaryArray, RecordBatch, UInt32Array};
-use arrow::compute::{lexsort_to_indices, take_record_batch, SortColumn};
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, ArrayRef, AsArray, DictionaryArray, Int32Array, RecordBatch, StringBuilder, UInt32Array,
+};
+use arrow::compute::{concat_batches, interleave, lexsort_to_indices, SortColumn};
 use arrow::datatypes::Int32Type;
 
 use crate::error::Result;
@@ -18,144 +22,377 @@ use crate::ids::TimestampNs;
 use crate::parquet_encode::{tag_column_indices, time_values};
 use crate::schema::TIME_COLUMN;
 
-/// `batch` sorted by hour of `time`, then every tag (in schema order), then `time`.
-pub(crate) fn sort_by_hour_tags_time(batch: &RecordBatch) -> Result<RecordBatch> {
-    let indices = match rank_order(batch)? {
-        Some(indices) => indices,
-        None => generic_order(batch)?,
-    };
-    debug_assert_eq!(indices.len(), batch.num_rows());
-    Ok(take_record_batch(batch, &indices)?)
+/// A row of a segment: (batch, row within it), 8 bytes (a flush of 2 M rows holds one
+/// per row).
+pub(crate) type RowRef = (u32, u32);
+
+/// One tag column across a segment: each distinct value once, in string order, and
+/// where every batch's dictionary keys land in that list. Chunks taken in file order
+/// share this one dictionary instead of merging the batches' dictionaries again for
+/// every chunk (which was the largest cost of a flush of many small batches).
+pub(crate) struct SegmentTag {
+    /// Position of the column in the schema.
+    column: usize,
+    /// The segment's distinct values, sorted.
+    values: ArrayRef,
+    /// Per batch, per key of its dictionary: the key into `values` (`None` for a null
+    /// value).
+    keys: Vec<Vec<Option<i32>>>,
 }
 
-/// The order from ranks, or `None` when a tag column is not a dictionary of strings.
-fn rank_order(batch: &RecordBatch) -> Result<Option<UInt32Array>> {
-    let rows = batch.num_rows();
-    let Ok(rows_u32) = u32::try_from(rows) else {
-        return Ok(None);
-    };
-    let time = time_values(batch)?.values();
-    let hours: Vec<i64> = time
-        .iter()
-        .map(|&t| TimestampNs(t).hour_floor().0)
-        .collect();
-    let mut ranks: Vec<Vec<u32>> = Vec::new();
-    for column in tag_column_indices(&batch.schema()) {
-        match batch.column(column).as_dictionary_opt::<Int32Type>() {
-            Some(dictionary) => match row_ranks(dictionary) {
-                Some(r) => ranks.push(r),
-                None => return Ok(None),
-            },
-            None => return Ok(None),
-        }
+/// The file order of a segment's rows, and its tags as segment-wide dictionaries.
+pub(crate) struct SegmentOrder {
+    /// Every row, in hour, tags, time order.
+    pub(crate) rows: Vec<RowRef>,
+    /// Tag columns with a segment-wide dictionary (empty when the tags are not
+    /// dictionaries of strings: then chunks are interleaved column by column).
+    tags: Vec<SegmentTag>,
+}
+
+/// Where the rows of `batches` (all of one schema) go: `(batch, row)` pairs sorted by
+/// hour of `time`, then every tag (in schema order), then `time`, rows equal on all of
+/// them in input order, as if the batches were one. Nothing is copied but the sort
+/// keys: the caller takes the rows in this order a chunk at a time
+/// ([`SegmentOrder::take`]), so a flush never holds a second copy of its segment.
+pub(crate) fn segment_order(batches: &[RecordBatch]) -> Result<SegmentOrder> {
+    let mut offsets = Vec::with_capacity(batches.len() + 1);
+    offsets.push(0usize);
+    for batch in batches {
+        offsets.push(offsets[offsets.len() - 1] + batch.num_rows());
     }
-    let order = match packed_order(&hours, &ranks, time) {
-        Some(order) => order,
-        None => compared_order(&hours, &ranks, time, rows_u32),
+    if u32::try_from(offsets[offsets.len() - 1]).is_err() || u32::try_from(batches.len()).is_err() {
+        return Err(crate::error::Error::InvalidPayload(
+            "a segment of more than 2^32 rows cannot be sorted".into(),
+        ));
+    }
+    let (global, tags) = match rank_order(batches)? {
+        Some(ranked) => ranked,
+        None => (generic_order(batches)?, Vec::new()),
     };
-    Ok(Some(UInt32Array::from(order)))
+    debug_assert_eq!(global.len(), offsets[offsets.len() - 1]);
+    let rows = global
+        .into_iter()
+        .map(|row| {
+            let row = row as usize;
+            // The batch whose range holds `row`: the last offset not past it.
+            let batch = offsets.partition_point(|&o| o <= row) - 1;
+            // Both fit: checked above.
+            (batch as u32, (row - offsets[batch]) as u32)
+        })
+        .collect();
+    Ok(SegmentOrder { rows, tags })
 }
 
-/// The same order by comparing each row's keys where they lie (any number of tags).
-fn compared_order(hours: &[i64], ranks: &[Vec<u32>], time: &[i64], rows: u32) -> Vec<u32> {
-    let mut order: Vec<u32> = (0..rows).collect();
-    order.sort_unstable_by(|&a, &b| {
-        let (a, b) = (a as usize, b as usize);
-        hours[a]
-            .cmp(&hours[b])
-            .then_with(|| {
-                for tag in ranks {
-                    let ordering = tag[a].cmp(&tag[b]);
-                    if ordering.is_ne() {
-                        return ordering;
-                    }
+impl SegmentOrder {
+    /// The rows `chunk` (taken from [`SegmentOrder::rows`]) of `batches` as one batch
+    /// of `schema`, tags on the segment-wide dictionaries.
+    pub(crate) fn take(
+        &self,
+        batches: &[RecordBatch],
+        schema: &arrow::datatypes::SchemaRef,
+        chunk: &[RowRef],
+    ) -> Result<RecordBatch> {
+        let indices: Vec<(usize, usize)> = chunk
+            .iter()
+            .map(|&(b, r)| (b as usize, r as usize))
+            .collect();
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+        for column in 0..schema.fields().len() {
+            match self.tags.iter().find(|t| t.column == column) {
+                Some(tag) => columns.push(tag.take(batches, &indices)?),
+                None => {
+                    let inputs: Vec<&dyn Array> =
+                        batches.iter().map(|b| b.column(column).as_ref()).collect();
+                    columns.push(interleave(&inputs, &indices)?);
                 }
-                std::cmp::Ordering::Equal
+            }
+        }
+        Ok(RecordBatch::try_new(schema.clone(), columns)?)
+    }
+}
+
+impl SegmentTag {
+    fn take(&self, batches: &[RecordBatch], indices: &[(usize, usize)]) -> Result<ArrayRef> {
+        let keys: Vec<&Int32Array> = batches
+            .iter()
+            .map(|b| {
+                b.column(self.column)
+                    .as_dictionary_opt::<Int32Type>()
+                    .map(|d| d.keys())
+                    .ok_or_else(|| {
+                        crate::error::Error::InvalidPayload(
+                            "a tag column changed type inside a segment".into(),
+                        )
+                    })
             })
-            .then_with(|| time[a].cmp(&time[b]))
-            // Input order among equal rows: the sort is then total, so stable.
-            .then_with(|| a.cmp(&b))
-    });
-    order
+            .collect::<Result<_>>()?;
+        let taken: Int32Array = indices
+            .iter()
+            .map(|&(b, r)| {
+                let batch_keys = keys[b];
+                if batch_keys.is_null(r) {
+                    return None;
+                }
+                usize::try_from(batch_keys.value(r))
+                    .ok()
+                    .and_then(|k| self.keys[b].get(k).copied().flatten())
+            })
+            .collect();
+        Ok(Arc::new(DictionaryArray::<Int32Type>::try_new(
+            taken,
+            Arc::clone(&self.values),
+        )?))
+    }
+}
+
+/// The order (global row numbers) from ranks with each tag's segment-wide dictionary,
+/// or `None` when a tag column is not a dictionary of strings or the rows do not fit
+/// 32 bits.
+///
+/// The tags are folded, one at a time, into one series rank per row (the rank of the
+/// row's tag values in string order, tag by tag), so the sort needs one 128-bit key per
+/// row whatever the number of tags; a flush of 2 M TSBS rows (ten tags) held 180 MB of
+/// sort keys when each tag kept its own rank per row, and holds about 60 MB now.
+fn rank_order(batches: &[RecordBatch]) -> Result<Option<(Vec<u32>, Vec<SegmentTag>)>> {
+    let Some(first) = batches.first() else {
+        return Ok(Some((Vec::new(), Vec::new())));
+    };
+    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    if u32::try_from(rows).is_err() {
+        return Ok(None);
+    }
+    let mut series = vec![0u32; rows];
+    let mut series_count = 1u32;
+    let mut tags = Vec::new();
+    for column in tag_column_indices(&first.schema()) {
+        let dictionaries: Option<Vec<&DictionaryArray<Int32Type>>> = batches
+            .iter()
+            .map(|b| b.column(column).as_dictionary_opt::<Int32Type>())
+            .collect();
+        let Some((ranks, values, keys)) = dictionaries.and_then(|d| row_ranks(&d, rows)) else {
+            return Ok(None);
+        };
+        // Ranks run from 0 (null) to the number of distinct values.
+        let Ok(width) = u32::try_from(values.len() + 1) else {
+            return Ok(None);
+        };
+        series_count = fold_series(&mut series, series_count, &ranks, width);
+        tags.push(SegmentTag {
+            column,
+            values,
+            keys,
+        });
+    }
+    let order = match packed_order(batches, &series, series_count)? {
+        Some(order) => order,
+        None => compared_order(batches, &series)?,
+    };
+    Ok(Some((order, tags)))
+}
+
+/// Most (series, rank) slots [`fold_series`] ranks through a table (16 MiB of `u32`);
+/// beyond, the distinct pairs are sorted instead.
+const FOLD_TABLE_SLOTS_MAX: u64 = 1 << 22;
+
+/// Replaces each row's series rank (of its tags so far, `count` distinct) by the rank
+/// of (series rank, `ranks` of the next tag, which run below `width`) among the
+/// segment's distinct pairs, in that order; returns how many there are.
+fn fold_series(series: &mut [u32], count: u32, ranks: &[u32], width: u32) -> u32 {
+    fold_series_within(series, count, ranks, width, FOLD_TABLE_SLOTS_MAX)
+}
+
+fn fold_series_within(
+    series: &mut [u32],
+    count: u32,
+    ranks: &[u32],
+    width: u32,
+    table_slots_max: u64,
+) -> u32 {
+    debug_assert_eq!(series.len(), ranks.len());
+    let slots = u64::from(count) * u64::from(width);
+    if slots <= table_slots_max {
+        // Slot order is pair order: mark the pairs present, number them in order.
+        let slot = |s: u32, r: u32| s as usize * width as usize + r as usize;
+        let mut table = vec![u32::MAX; slots as usize];
+        for (&s, &r) in series.iter().zip(ranks) {
+            table[slot(s, r)] = 0;
+        }
+        let mut next = 0u32;
+        for entry in table.iter_mut().filter(|e| **e != u32::MAX) {
+            *entry = next;
+            next += 1;
+        }
+        for (s, &r) in series.iter_mut().zip(ranks) {
+            *s = table[slot(*s, r)];
+        }
+        return next;
+    }
+    let pair = |s: u32, r: u32| (u64::from(s) << 32) | u64::from(r);
+    let mut pairs: Vec<u64> = series
+        .iter()
+        .zip(ranks)
+        .map(|(&s, &r)| pair(s, r))
+        .collect();
+    pairs.sort_unstable();
+    pairs.dedup();
+    for (s, &r) in series.iter_mut().zip(ranks) {
+        // Present by construction; the rank of a pair is its position.
+        *s = pairs.partition_point(|&p| p < pair(*s, r)) as u32;
+    }
+    pairs.len() as u32
 }
 
 /// Bits of a time's offset into its hour (3.6e12 ns < 2^42).
 const TIME_IN_HOUR_BITS: u32 = 42;
 
-/// The order from one 128-bit key per row (hour since the first, each rank, the time
-/// into the hour, the row number), when the keys fit: one contiguous array of
-/// integers sorts several times faster than indices compared through the columns.
-fn packed_order(hours: &[i64], ranks: &[Vec<u32>], time: &[i64]) -> Option<Vec<u32>> {
+/// The order from one 128-bit key per row (hour since the first, series rank, the time
+/// into the hour, the row number), when the keys fit: one contiguous array of integers
+/// sorts several times faster than indices compared through the columns.
+fn packed_order(
+    batches: &[RecordBatch],
+    series: &[u32],
+    series_count: u32,
+) -> Result<Option<Vec<u32>>> {
     let bits = |most: u64| u64::BITS - most.leading_zeros();
-    let first_hour = *hours.iter().min()?;
-    let hour_span = hours.iter().max()?.checked_sub(first_hour)?;
-    let hour_step = TimestampNs::HOUR_NS;
-    let hour_bits = bits(u64::try_from(hour_span / hour_step).ok()?);
-    let rank_bits: Vec<u32> = ranks
-        .iter()
-        .map(|r| bits(u64::from(r.iter().copied().max().unwrap_or(0))))
-        .collect();
-    let row_bits = bits(u64::try_from(time.len()).ok()?);
-    let total = hour_bits + rank_bits.iter().sum::<u32>() + TIME_IN_HOUR_BITS + row_bits;
-    if total > u128::BITS {
-        return None;
+    let mut hour_range: Option<(i64, i64)> = None;
+    for batch in batches {
+        for &t in time_values(batch)?.values().iter() {
+            let hour = TimestampNs(t).hour_floor().0;
+            hour_range =
+                Some(hour_range.map_or((hour, hour), |(lo, hi)| (lo.min(hour), hi.max(hour))));
+        }
     }
-    let mut keys: Vec<u128> = Vec::with_capacity(time.len());
-    for row in 0..time.len() {
-        let hour = (i128::from(hours[row]) - i128::from(first_hour)) / i128::from(hour_step);
-        let mut key = u128::try_from(hour).ok()?;
-        for (tag, &width) in ranks.iter().zip(&rank_bits) {
-            key = (key << width) | u128::from(tag[row]);
+    let Some((first_hour, last_hour)) = hour_range else {
+        return Ok(Some(Vec::new()));
+    };
+    let hour_step = TimestampNs::HOUR_NS;
+    let Some(hour_bits) = last_hour
+        .checked_sub(first_hour)
+        .and_then(|span| u64::try_from(span / hour_step).ok())
+        .map(bits)
+    else {
+        return Ok(None);
+    };
+    let series_bits = bits(u64::from(series_count.saturating_sub(1)));
+    let row_bits = bits(series.len() as u64);
+    if hour_bits + series_bits + TIME_IN_HOUR_BITS + row_bits > u128::BITS {
+        return Ok(None);
+    }
+    let mut keys: Vec<u128> = Vec::with_capacity(series.len());
+    for batch in batches {
+        for &t in time_values(batch)?.values().iter() {
+            let row = keys.len();
+            let hour = TimestampNs(t).hour_floor().0;
+            let into_hour = i128::from(t) - i128::from(hour);
+            // Outside one hour only where `hour_floor` saturated (times near the ends
+            // of the i64 range): the comparator handles those.
+            if !(0..i128::from(hour_step)).contains(&into_hour) {
+                return Ok(None);
+            }
+            let hour_index =
+                ((i128::from(hour) - i128::from(first_hour)) / i128::from(hour_step)) as u128;
+            let key = (((hour_index << series_bits) | u128::from(series[row]))
+                << TIME_IN_HOUR_BITS
+                | into_hour as u128)
+                << row_bits
+                | row as u128;
+            keys.push(key);
         }
-        // Outside one hour only where `hour_floor` saturated (times near the ends of
-        // the i64 range): the comparator handles those.
-        let into_hour = i128::from(time[row]) - i128::from(hours[row]);
-        if !(0..i128::from(hour_step)).contains(&into_hour) {
-            return None;
-        }
-        key = (key << TIME_IN_HOUR_BITS) | into_hour as u128;
-        keys.push((key << row_bits) | row as u128);
     }
     keys.sort_unstable();
     let mask = (1u128 << row_bits) - 1;
-    Some(keys.into_iter().map(|k| (k & mask) as u32).collect())
+    Ok(Some(keys.into_iter().map(|k| (k & mask) as u32).collect()))
 }
 
-/// Each row's rank of its value in string order: 0 for null, equal strings equal ranks
-/// (a concatenated dictionary can hold a value twice). `None` if the values are not
-/// strings.
-fn row_ranks(dictionary: &DictionaryArray<Int32Type>) -> Option<Vec<u32>> {
-    let values = dictionary.values().as_string_opt::<i32>()?;
-    let mut by_value: Vec<usize> = (0..values.len()).filter(|&i| values.is_valid(i)).collect();
-    by_value.sort_unstable_by(|&a, &b| values.value(a).cmp(values.value(b)));
-    let mut value_rank = vec![0u32; values.len()];
-    let mut rank = 0u32;
-    for (position, &index) in by_value.iter().enumerate() {
-        let is_new = position == 0 || values.value(by_value[position - 1]) != values.value(index);
-        if is_new {
-            rank += 1;
-        }
-        value_rank[index] = rank;
+/// The same order by comparing each row's (hour, series rank, time, row) where they
+/// lie, for keys that do not fit 128 bits.
+fn compared_order(batches: &[RecordBatch], series: &[u32]) -> Result<Vec<u32>> {
+    let mut time: Vec<i64> = Vec::with_capacity(series.len());
+    for batch in batches {
+        time.extend_from_slice(time_values(batch)?.values());
     }
-    let keys = dictionary.keys();
-    Some(
-        (0..dictionary.len())
-            .map(|row| {
-                if keys.is_null(row) {
-                    return 0;
-                }
-                usize::try_from(keys.value(row))
-                    .ok()
-                    .and_then(|k| value_rank.get(k).copied())
-                    .unwrap_or(0)
-            })
-            .collect(),
-    )
+    let mut order: Vec<u32> = (0..series.len() as u32).collect();
+    let key = |row: u32| {
+        let row = row as usize;
+        (
+            TimestampNs(time[row]).hour_floor().0,
+            series[row],
+            time[row],
+            row,
+        )
+    };
+    // The row number makes the key unique: the sort is then stable.
+    order.sort_unstable_by_key(|&row| key(row));
+    Ok(order)
 }
 
-/// The same order through Arrow's comparators, for columns the ranks do not cover.
-fn generic_order(batch: &RecordBatch) -> Result<UInt32Array> {
-    let time = time_values(batch)?;
+/// Ranks of one tag, with the tag's distinct values and each batch's keys into them.
+type Ranked = (Vec<u32>, ArrayRef, Vec<Vec<Option<i32>>>);
+
+/// Each row's rank of its value in string order, over the rows of every dictionary in
+/// turn: 0 for null, equal strings equal ranks (in one dictionary or in two); with the
+/// distinct values in that order (rank `n` is value `n - 1`) and where each
+/// dictionary's keys land among them. `None` if the values are not strings.
+fn row_ranks(dictionaries: &[&DictionaryArray<Int32Type>], rows: usize) -> Option<Ranked> {
+    let values: Vec<_> = dictionaries
+        .iter()
+        .map(|d| d.values().as_string_opt::<i32>())
+        .collect::<Option<_>>()?;
+    // Every value of every dictionary, sorted once: a thousand hosts a batch, not a row.
+    let mut by_value: Vec<(u32, u32)> = Vec::new();
+    for (d, v) in values.iter().enumerate() {
+        by_value.extend(
+            (0..v.len())
+                .filter(|&i| v.is_valid(i))
+                .map(|i| (d as u32, i as u32)),
+        );
+    }
+    let text = |&(d, i): &(u32, u32)| values[d as usize].value(i as usize);
+    by_value.sort_unstable_by(|a, b| text(a).cmp(text(b)));
+    let mut value_rank: Vec<Vec<u32>> = values.iter().map(|v| vec![0u32; v.len()]).collect();
+    let mut distinct = StringBuilder::new();
+    let mut rank = 0u32;
+    for (position, entry) in by_value.iter().enumerate() {
+        if position == 0 || text(&by_value[position - 1]) != text(entry) {
+            rank += 1;
+            distinct.append_value(text(entry));
+        }
+        value_rank[entry.0 as usize][entry.1 as usize] = rank;
+    }
+    let keys: Vec<Vec<Option<i32>>> = value_rank
+        .iter()
+        .map(|ranks| {
+            ranks
+                .iter()
+                .map(|&r| r.checked_sub(1).and_then(|k| i32::try_from(k).ok()))
+                .collect()
+        })
+        .collect();
+    let mut out = Vec::with_capacity(rows);
+    for (dictionary, ranks) in dictionaries.iter().zip(&value_rank) {
+        let keys = dictionary.keys();
+        out.extend((0..dictionary.len()).map(|row| {
+            if keys.is_null(row) {
+                return 0;
+            }
+            usize::try_from(keys.value(row))
+                .ok()
+                .and_then(|k| ranks.get(k).copied())
+                .unwrap_or(0)
+        }));
+    }
+    Some((out, Arc::new(distinct.finish()), keys))
+}
+
+/// The same order through Arrow's comparators, for columns the ranks do not cover
+/// (this path concatenates the segment: it is not taken for tags in memory, which are
+/// always dictionaries).
+fn generic_order(batches: &[RecordBatch]) -> Result<Vec<u32>> {
+    let Some(first) = batches.first() else {
+        return Ok(Vec::new());
+    };
+    let batch = concat_batches(first.schema_ref(), batches)?;
+    let time = time_values(&batch)?;
     let hours = arrow::array::Int64Array::from_iter_values(
         time.values().iter().map(|&t| TimestampNs(t).hour_floor().0),
     );
@@ -179,7 +416,7 @@ fn generic_order(batch: &RecordBatch) -> Result<UInt32Array> {
         values: std::sync::Arc::new(UInt32Array::from_iter_values(0..rows)),
         options: None,
     });
-    Ok(lexsort_to_indices(&keys, None)?)
+    Ok(lexsort_to_indices(&keys, None)?.values().to_vec())
 }
 
 #[cfg(test)]
@@ -200,8 +437,9 @@ mod tests {
     type Row = (i64, Option<u8>, Option<u8>);
 
     /// A batch of (time, host, dc) with `host` and `dc` as dictionaries whose values
-    /// may repeat (as after concatenation) and may be null.
-    fn batch(rows: &[Row]) -> RecordBatch {
+    /// may repeat (as after concatenation) and may be null. `rotate` turns the
+    /// dictionary's values, so batches of one segment can have different dictionaries.
+    fn batch(rows: &[Row], rotate: usize) -> RecordBatch {
         let schema = Schema::new(vec![
             Field::new(
                 TIME_COLUMN,
@@ -212,12 +450,16 @@ mod tests {
             Field::new("host", tag_type(), true),
         ]);
         // Values "h0".."h5" twice over, in a shuffled order, one null value.
-        let names = [
+        let mut names: Vec<Option<&str>> = [
             "h3", "h1", "h0", "h5", "h2", "h4", "h1", "h3", "h0", "h2", "h5", "h4",
-        ];
-        let mut values: Vec<Option<&str>> = names.iter().map(|n| Some(*n)).collect();
-        values.push(None);
-        let values: ArrayRef = Arc::new(StringArray::from(values));
+        ]
+        .iter()
+        .map(|n| Some(*n))
+        .collect();
+        names.push(None);
+        let turn = rotate % names.len();
+        names.rotate_left(turn);
+        let values: ArrayRef = Arc::new(StringArray::from(names));
         let tag = |pick: fn(&Row) -> Option<u8>| -> ArrayRef {
             let keys: Int32Array = rows.iter().map(|r| pick(r).map(i32::from)).collect();
             Arc::new(DictionaryArray::<Int32Type>::new(keys, Arc::clone(&values)))
@@ -235,6 +477,26 @@ mod tests {
         .unwrap()
     }
 
+    /// `rows` as batches cut at `cuts`, each with its own dictionary.
+    fn parts(rows: &[Row], cuts: &[usize]) -> Vec<RecordBatch> {
+        let mut bounds: Vec<usize> = cuts.iter().map(|c| c % (rows.len() + 1)).collect();
+        bounds.push(0);
+        bounds.push(rows.len());
+        bounds.sort_unstable();
+        bounds
+            .windows(2)
+            .enumerate()
+            .map(|(i, w)| batch(&rows[w[0]..w[1]], i * 5))
+            .collect()
+    }
+
+    fn sorted(batches: &[RecordBatch]) -> RecordBatch {
+        let order = segment_order(batches).unwrap();
+        order
+            .take(batches, batches[0].schema_ref(), &order.rows)
+            .unwrap()
+    }
+
     fn as_strings(batch: &RecordBatch, column: &str) -> Vec<Option<String>> {
         let plain = cast(batch.column_by_name(column).unwrap(), &DataType::Utf8).unwrap();
         plain
@@ -246,29 +508,68 @@ mod tests {
 
     proptest! {
         #[test]
-        fn ranks_give_the_comparator_order_with_ties_in_input_order(
+        fn ranks_across_batches_give_the_comparator_order_with_ties_in_input_order(
             rows in prop::collection::vec(
                 (0i64..4 * HOUR, prop::option::of(0u8..13), prop::option::of(0u8..13)),
                 0..200,
-            )
+            ),
+            cuts in prop::collection::vec(0usize..200, 0..4),
         ) {
-            // Key 12 is the null value; times collide often so ties are common.
+            // Key 12 is the null value (before rotation); times collide often so ties
+            // are common.
             let rows: Vec<_> = rows.into_iter().map(|(t, h, d)| (t / (HOUR / 2) * 7, h, d)).collect();
-            let input = batch(&rows);
-            let ranked = rank_order(&input).unwrap().expect("dictionary tags");
+            let input = parts(&rows, &cuts);
+            let (ranked, _) = rank_order(&input).unwrap().expect("dictionary tags");
             let generic = generic_order(&input).unwrap();
-            prop_assert_eq!(ranked.values(), generic.values());
-            // The comparator path (tags too many to pack) agrees with the packed one.
-            let time = time_values(&input).unwrap().values();
-            let hours: Vec<i64> = time.iter().map(|&t| TimestampNs(t).hour_floor().0).collect();
-            let ranks: Vec<Vec<u32>> = ["dc", "host"]
+            prop_assert_eq!(&ranked, &generic);
+            // The comparator path (keys too wide to pack) agrees with the packed one, and
+            // folding through sorted pairs with folding through a table.
+            let mut series = vec![0u32; rows.len()];
+            let mut sorted_series = vec![0u32; rows.len()];
+            let (mut count, mut sorted_count) = (1, 1);
+            for c in ["dc", "host"] {
+                let d: Vec<&DictionaryArray<Int32Type>> = input
+                    .iter()
+                    .map(|b| b.column_by_name(c).unwrap().as_dictionary::<Int32Type>())
+                    .collect();
+                let (ranks, values, _) = row_ranks(&d, rows.len()).unwrap();
+                let width = values.len() as u32 + 1;
+                count = fold_series(&mut series, count, &ranks, width);
+                sorted_count = fold_series_within(&mut sorted_series, sorted_count, &ranks, width, 0);
+            }
+            prop_assert_eq!(&series, &sorted_series);
+            prop_assert_eq!(count, sorted_count);
+            let compared = compared_order(&input, &series).unwrap();
+            prop_assert_eq!(&compared, &generic);
+            // Row references name the same rows as the global order.
+            let order = segment_order(&input).unwrap();
+            // Taken in that order, the rows are the comparator's sort of the input.
+            if !rows.is_empty() {
+                let taken = order.take(&input, input[0].schema_ref(), &order.rows).unwrap();
+                let all = concat_batches(input[0].schema_ref(), &input).unwrap();
+                let expected = arrow::compute::take_record_batch(
+                    &all,
+                    &UInt32Array::from(generic.clone()),
+                )
+                .unwrap();
+                for column in ["dc", "host"] {
+                    prop_assert_eq!(as_strings(&taken, column), as_strings(&expected, column));
+                }
+                prop_assert_eq!(
+                    time_values(&taken).unwrap().values(),
+                    time_values(&expected).unwrap().values()
+                );
+            }
+            let order = order.rows;
+            let mut offsets = vec![0];
+            for b in &input {
+                offsets.push(offsets[offsets.len() - 1] + b.num_rows());
+            }
+            let global: Vec<u32> = order
                 .iter()
-                .map(|c| row_ranks(input.column_by_name(c).unwrap().as_dictionary::<Int32Type>()).unwrap())
+                .map(|&(b, r)| (offsets[b as usize] + r as usize) as u32)
                 .collect();
-            let compared = compared_order(&hours, &ranks, time, rows.len() as u32);
-            prop_assert_eq!(&compared[..], generic.values().as_ref());
-            let sorted = sort_by_hour_tags_time(&input).unwrap();
-            prop_assert_eq!(sorted.num_rows(), rows.len());
+            prop_assert_eq!(&global, &generic);
         }
     }
 
@@ -283,7 +584,7 @@ mod tests {
             (0, Some(12), Some(0)),
             (4, Some(2), Some(12)),
         ];
-        let sorted = sort_by_hour_tags_time(&batch(&rows)).unwrap();
+        let sorted = sorted(&[batch(&rows, 0)]);
         let time = time_values(&sorted).unwrap().values().to_vec();
         // Hour 0: dc null first (time 4), then dc "h3": host null (a null value at 0, a
         // null key at 1, equal, so by time), "h0" (2, key 8 is "h0" too), "h1" (3);
@@ -299,6 +600,24 @@ mod tests {
                 Some("h1".into()),
                 Some("h0".into())
             ]
+        );
+    }
+
+    #[test]
+    fn batches_with_different_dictionaries_merge_by_their_strings() {
+        // Host "h0" in two batches whose dictionaries hold it at different keys (2 in
+        // the first, 1 in the second, rotated by one; dc "h3" is key 0, then key 12):
+        // equal strings, so ordered by time across the batches, before "h1".
+        let first = batch(&[(3, Some(2), Some(0)), (1, Some(1), Some(0))], 0);
+        let second = batch(&[(2, Some(1), Some(12))], 1);
+        let sorted = sorted(&[first, second]);
+        assert_eq!(
+            time_values(&sorted).unwrap().values().to_vec(),
+            vec![2, 3, 1]
+        );
+        assert_eq!(
+            as_strings(&sorted, "host"),
+            vec![Some("h0".into()), Some("h0".into()), Some("h1".into())]
         );
     }
 }

@@ -36,6 +36,7 @@ pub async fn seed(
         hosts,
         start_ns: end_ns - SEED_SPAN_NS,
         interval_ns: (SEED_SPAN_NS / steps as i64).max(1),
+        kind: crate::batch::RowKind::Arc,
     });
     let names = Arc::new(host_names(hosts));
     let next = Arc::new(AtomicU64::new(0));

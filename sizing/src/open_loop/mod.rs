@@ -78,6 +78,7 @@ impl Spec {
             hosts: self.hosts,
             start_ns: self.start_ns,
             interval_ns: self.interval_ns,
+            kind: crate::batch::RowKind::Arc,
         }
     }
 }

@@ -200,3 +200,89 @@ fn lazy_padding_puts_every_value_in_its_row() {
     let fixed = 5 * COLUMN_BYTES_FIXED + "tislatezone".len();
     assert_eq!(estimate, slots + dictionaries + strings + fixed);
 }
+
+mod key_order {
+    use std::collections::BTreeMap;
+
+    use arrow::datatypes::Int64Type;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const TAGS: [&str; 4] = ["a", "b", "c", "d"];
+    const FIELDS: [&str; 4] = ["w", "x", "y", "z"];
+
+    /// A row's tags (index into `TAGS`, value) and fields (index into `FIELDS`, value),
+    /// in the order the row names them.
+    type Row = (Vec<(usize, u8)>, Vec<(usize, i64)>);
+
+    /// One row: which tags and fields it names, in which order, with which values.
+    fn row() -> impl Strategy<Value = Row> {
+        let tags = prop::sample::subsequence((0..TAGS.len()).collect::<Vec<_>>(), 0..=TAGS.len())
+            .prop_shuffle()
+            .prop_flat_map(|t| {
+                let n = t.len();
+                (Just(t), prop::collection::vec(0u8..3, n))
+            })
+            .prop_map(|(t, v)| t.into_iter().zip(v).collect::<Vec<_>>());
+        let fields =
+            prop::sample::subsequence((0..FIELDS.len()).collect::<Vec<_>>(), 1..=FIELDS.len())
+                .prop_shuffle()
+                .prop_flat_map(|f| {
+                    let n = f.len();
+                    (Just(f), prop::collection::vec(-5i64..5, n))
+                })
+                .prop_map(|(f, v)| f.into_iter().zip(v).collect::<Vec<_>>());
+        (tags, fields)
+    }
+
+    proptest! {
+        /// Rows that repeat, reorder, drop and add keys (the builder remembers the last
+        /// row's layout) put every value in its own column and row.
+        #[test]
+        fn every_value_lands_in_its_column_whatever_the_key_order(
+            rows in prop::collection::vec(row(), 1..40)
+        ) {
+            let mut b = RowBatchBuilder::new("m", false);
+            let mut expected: BTreeMap<String, Vec<Option<String>>> = BTreeMap::new();
+            for (n, (tags, fields)) in rows.iter().enumerate() {
+                let tag_values: Vec<String> = tags.iter().map(|(_, v)| format!("v{v}")).collect();
+                let tag_pairs: Vec<(&str, &str)> = tags
+                    .iter()
+                    .zip(&tag_values)
+                    .map(|((t, _), v)| (TAGS[*t], v.as_str()))
+                    .collect();
+                let field_pairs: Vec<(&str, FieldValue<'_>)> = fields
+                    .iter()
+                    .map(|(f, v)| (FIELDS[*f], FieldValue::Integer(*v)))
+                    .collect();
+                b.push_row(n as i64, &tag_pairs, &field_pairs).unwrap();
+                for name in TAGS.iter().chain(FIELDS.iter()) {
+                    expected.entry(name.to_string()).or_default().push(None);
+                }
+                for (name, value) in tag_pairs {
+                    *expected.get_mut(name).unwrap().last_mut().unwrap() = Some(value.to_string());
+                }
+                for (f, v) in fields {
+                    *expected.get_mut(FIELDS[*f]).unwrap().last_mut().unwrap() = Some(v.to_string());
+                }
+            }
+            let batch = b.finish().unwrap().unwrap();
+            for (name, want) in expected {
+                let got: Vec<Option<String>> = match batch.column_by_name(&name) {
+                    None => vec![None; rows.len()],
+                    Some(column) if TAGS.contains(&name.as_str()) => {
+                        let plain = arrow::compute::cast(column, &arrow::datatypes::DataType::Utf8).unwrap();
+                        plain.as_string::<i32>().iter().map(|v| v.map(str::to_string)).collect()
+                    }
+                    Some(column) => column
+                        .as_primitive::<Int64Type>()
+                        .iter()
+                        .map(|v| v.map(|v| v.to_string()))
+                        .collect(),
+                };
+                prop_assert_eq!(got, want, "column {}", name);
+            }
+        }
+    }
+}
