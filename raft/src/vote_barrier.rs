@@ -10,6 +10,9 @@
 //! that index: an entry of the current term being committed means every earlier
 //! committed entry precedes it, so the node then holds all of them. The node still
 //! accepts entries (and counts towards commits) meanwhile; only its vote waits.
+//! Its candidacy waits too (`RaftNode` turns openraft's elections off while the barrier
+//! is closed): a candidate votes for itself, so a node that stood with one peer behind
+//! it would be elected without the entries it lost (the simulation found exactly that).
 //!
 //! A node that lost its data lost its vote with it, and a vote is a promise: having
 //! voted in term T, the node refuses leaders of older terms. Forgetting it, the node

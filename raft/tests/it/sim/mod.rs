@@ -37,6 +37,7 @@ use quiver_storage::EntryCompression;
 use model::{Model, Outcome};
 use net::{LinkState, SimNet};
 use node::{Crash, SimNode};
+use openraft::ServerState;
 use plan::{Step, NODES};
 
 /// Seeds each of the two tests runs by default (CI: 2 × 100 seeds; run thousands with
@@ -288,6 +289,17 @@ impl Sim {
     fn check_bounds(&self, step: usize) {
         let possible = self.model.rows_possible();
         for node in &self.nodes {
+            if let Some(raft) = node.node() {
+                let state = raft.raft.metrics().borrow().state;
+                if raft.vote_withheld()
+                    && matches!(state, ServerState::Candidate | ServerState::Leader)
+                {
+                    self.fail(&format!(
+                        "after step {step}: node {} is {state:?} while its vote barrier withholds its vote (it may lack entries it acknowledged)",
+                        node.id
+                    ));
+                }
+            }
             if let Some(storage) = node.storage() {
                 let held = model::rows_held(storage);
                 if held > possible {
