@@ -74,11 +74,16 @@ thread_local! {
     static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
 }
 
-/// Encodes one batch for a log entry, packed as `compression` says.
+/// Encodes one batch for a log entry, packed as `compression` says. The bytes are
+/// returned in an allocation of their own size: an entry lives on (in the log's cache,
+/// in flight to followers) long after it is encoded, and both encoders allocate for the
+/// worst case (zstd its bound, about the unpacked size; IPC the batch's memory). Kept
+/// at that size, a TSBS-shaped entry held six times its bytes: 400 MB of a node's
+/// 600 MB peak during line-protocol ingest (found with heaptrack).
 pub fn encode_batch_packed(batch: &RecordBatch, compression: EntryCompression) -> Result<Vec<u8>> {
     let ipc = encode_batch(batch)?;
-    match compression {
-        EntryCompression::None => Ok(ipc),
+    let mut packed = match compression {
+        EntryCompression::None => ipc,
         EntryCompression::Zstd => COMPRESSOR.with(|cell| {
             let mut slot = cell.borrow_mut();
             let compressor = match slot.as_mut() {
@@ -87,9 +92,11 @@ pub fn encode_batch_packed(batch: &RecordBatch, compression: EntryCompression) -
             };
             let packed = compressor.compress(&ipc).map_err(Error::Pack)?;
             debug_assert!(packed.starts_with(&ZSTD_MAGIC));
-            Ok(packed)
-        }),
-    }
+            Ok::<_, Error>(packed)
+        })?,
+    };
+    packed.shrink_to_fit();
+    Ok(packed)
 }
 
 /// Decodes a batch written by [`encode_batch`] or [`encode_batch_packed`]; anything else
@@ -180,6 +187,25 @@ mod tests {
             .unwrap()
             .remove(0)
             .1
+    }
+
+    #[test]
+    fn a_packed_entry_holds_no_more_memory_than_its_bytes() {
+        // zstd allocates its output for the worst case (about the unpacked size) and
+        // the IPC encoder for the batch's memory; an entry kept at that capacity held
+        // several times its bytes for as long as it lived.
+        let batch = arc_shape_batch(5_000);
+        for compression in [EntryCompression::Zstd, EntryCompression::None] {
+            let packed = encode_batch_packed(&batch, compression).unwrap();
+            assert_eq!(
+                packed.capacity(),
+                packed.len(),
+                "{compression:?}: {} bytes in an allocation of {}",
+                packed.len(),
+                packed.capacity()
+            );
+            assert_eq!(decode_batch(&packed).unwrap(), batch);
+        }
     }
 
     #[test]
