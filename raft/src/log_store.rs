@@ -182,6 +182,26 @@ impl LogStore {
         self.inner.committed_at_open
     }
 
+    /// Drops cached entries at or below `index`, which the caller knows are applied here
+    /// and held by every follower: nothing reads them from the cache again (a read that
+    /// does falls back to the WAL). Without this the cache kept up to its cap of packed
+    /// entries until the next snapshot purged the log, whatever had been applied.
+    pub fn release_cached_through(&self, index: u64) {
+        let dropped = {
+            let mut state = self.inner.state.lock();
+            let keep = state.cache.split_off(&(index.saturating_add(1)));
+            let dropped = std::mem::replace(&mut state.cache, keep);
+            state.cache_bytes -= dropped.values().map(|(_, b)| *b).sum::<usize>();
+            dropped
+        };
+        drop(dropped);
+    }
+
+    /// Bytes of entries held in the cache (the `quiver_raft_log_cache_bytes` gauge).
+    pub fn cached_bytes(&self) -> usize {
+        self.inner.state.lock().cache_bytes
+    }
+
     /// The latest commit point openraft reported.
     pub fn committed(&self) -> Option<LogId> {
         self.inner.state.lock().committed

@@ -30,6 +30,8 @@ use crate::state_machine::StateMachine;
 use crate::types::{NodeId, Raft, TypeConfig, Vote};
 use crate::vote_barrier::{EntriesVerdict, VoteBarrier};
 
+/// How often applied, fully replicated entries leave the log's cache.
+const LOG_CACHE_RELEASE_INTERVAL: Duration = Duration::from_millis(200);
 /// A leader that has not heard from a quorum for this many maximal election timeouts
 /// is treated as cut off: it refuses writes (503) and reports itself unready.
 const QUORUM_LOST_ELECTIONS: u64 = 3;
@@ -796,6 +798,7 @@ impl RaftNode {
             tokio::spawn(self.clone().persist_loop().in_current_span()),
             tokio::spawn(self.clone().flush_policy_loop().in_current_span()),
             tokio::spawn(self.clone().compaction_loop().in_current_span()),
+            tokio::spawn(self.clone().log_cache_loop().in_current_span()),
         ];
         if self.storage.sweep_due() {
             let state_machine = self.state_machine.clone();
@@ -1018,6 +1021,39 @@ impl RaftNode {
     }
 
     /// On the leader, proposes a flush entry whenever a buffer passes a threshold.
+    /// Releases cached log entries nobody will read from memory again: those applied
+    /// here and, on a leader, matched by every follower (a lagging follower keeps its
+    /// entries cached, up to the cache's cap). Under sustained ingest the cache
+    /// otherwise held its whole cap (256 MiB) of entries already in Parquet or buffers.
+    async fn log_cache_loop(self) {
+        let mut tick = tokio::time::interval(LOG_CACHE_RELEASE_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let through = {
+                let metrics = self.raft.metrics();
+                let m = metrics.borrow();
+                if m.running_state.is_err() {
+                    return;
+                }
+                let applied = m.last_applied.map(|l| l.index);
+                let matched = match &m.replication {
+                    // Every member's matched index; one not yet known keeps everything.
+                    Some(progress) => progress
+                        .values()
+                        .map(|matched| matched.map(|l| l.index))
+                        .try_fold(u64::MAX, |low, m| m.map(|m| low.min(m))),
+                    None => Some(u64::MAX),
+                };
+                applied.zip(matched).map(|(a, m)| a.min(m))
+            };
+            if let Some(index) = through {
+                self.log.release_cached_through(index);
+            }
+            metrics::gauge!("quiver_raft_log_cache_bytes").set(self.log.cached_bytes() as f64);
+        }
+    }
+
     async fn flush_policy_loop(self) {
         let interval = Duration::from_millis(self.config.flush_check_interval_ms);
         loop {

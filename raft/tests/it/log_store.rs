@@ -228,3 +228,19 @@ fn copy_files(from: &std::path::Path, to: &std::path::Path) {
         }
     }
 }
+
+#[tokio::test]
+async fn released_entries_leave_the_cache_and_are_still_read_from_the_wal() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open(dir.path()).await;
+    append(&mut store, (0..10).map(|i| entry(1, i)).collect()).await;
+    let all = store.cached_bytes();
+    assert!(all > 0);
+    store.release_cached_through(6);
+    let left = store.cached_bytes();
+    assert!(left > 0 && left < all, "cache {all} -> {left}");
+    store.release_cached_through(9);
+    assert_eq!(store.cached_bytes(), 0);
+    let entries = store.try_get_log_entries(0..10).await.unwrap();
+    assert_eq!(entries, (0..10).map(|i| entry(1, i)).collect::<Vec<_>>());
+}
