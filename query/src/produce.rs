@@ -106,7 +106,7 @@ impl Sink for Encoded {
             return Ok(None);
         }
         if self.encoder.holds_result() {
-            self.held.try_grow(batch_bytes(&batch))?;
+            self.held.try_grow(quiver_storage::held_bytes(&batch))?;
         }
         self.encoder.write_batch(&batch, &mut self.pending)?;
         Ok(self.take_pending())
@@ -254,18 +254,3 @@ pub(crate) async fn describe(
 
 /// Most placeholders one statement may have (the Postgres protocol's own bound).
 pub const PARAMS_MAX: usize = 65_535;
-
-/// Bytes of the rows a batch holds. Batches straight from memory can be slices of larger
-/// buffers; only the slice counts.
-pub(crate) fn batch_bytes(batch: &RecordBatch) -> usize {
-    batch
-        .columns()
-        .iter()
-        .map(|column| {
-            column
-                .to_data()
-                .get_slice_memory_size()
-                .unwrap_or_else(|_| column.get_array_memory_size())
-        })
-        .sum()
-}

@@ -17,7 +17,7 @@ use crate::admission::Slot;
 use crate::engine::QueryOutput;
 use crate::error::Error;
 use crate::memory::QueryMemoryPool;
-use crate::produce::{batch_bytes, Message};
+use crate::produce::Message;
 
 /// Record batches of a running query, in order.
 pub type QueryStream = ResultStream<RecordBatch>;
@@ -107,7 +107,7 @@ impl ResultStream<RecordBatch> {
         while let Some(batch) = self.next().await {
             let batch = batch?;
             reservation
-                .try_grow(batch_bytes(&batch))
+                .try_grow(quiver_storage::held_bytes(&batch))
                 .map_err(|e| Error::from(e).with_memory_limit(self.pool.limit_hit()))?;
             batches.push(batch);
         }

@@ -74,5 +74,5 @@ pub use store::{
 pub use table::{
     resolve_name, ParquetFileRef, SnapshotFiles, TableFiles, TableSnapshot, TableSource,
 };
-pub use table_state::{Buffered, Frozen};
+pub use table_state::{held_bytes, Buffered, Frozen};
 pub use tag_distinct::TAG_DISTINCT_COUNTED_MAX;

@@ -228,14 +228,16 @@ impl TableState {
     }
 }
 
-/// Bytes `batch` holds in memory: each column's own part of its buffers.
+/// Bytes `batch` holds in memory: each column's own part of its buffers. Also what a
+/// query's memory reservation counts for a batch it holds (a slice of a larger buffer
+/// counts as the slice).
 ///
 /// A batch decoded from a log entry shares one allocation (the IPC message body) between
 /// all its columns, and `get_array_memory_size` counts a shared allocation once per
 /// buffer that points into it: a TSBS-shaped batch (21 columns, about 40 buffers) was
 /// counted 20 to 40 times over, which made the memory budget refuse writes and flush
 /// tiny segments with a fraction of the budget in use.
-pub(crate) fn held_bytes(batch: &RecordBatch) -> usize {
+pub fn held_bytes(batch: &RecordBatch) -> usize {
     batch
         .columns()
         .iter()
