@@ -93,7 +93,12 @@ pub(crate) fn cast_columns(
             }
         })
         .collect::<Result<Vec<_>, _>>()?;
-    RecordBatch::try_new(Arc::clone(schema), columns)
+    // A projection may have no columns (`count(*)`): the rows still count.
+    RecordBatch::try_new_with_options(
+        Arc::clone(schema),
+        columns,
+        &arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+    )
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@
 use std::sync::Arc;
 
 use arrow::array::{Array, AsArray};
-use arrow::datatypes::{Int32Type, SchemaRef};
+use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -53,7 +53,8 @@ pub(crate) fn files_distinct(files: &[&ParquetFileRef], tag: &str) -> Option<usi
 pub(crate) fn memory_distinct(batches: &[RecordBatch], column: usize) -> Option<usize> {
     let mut most = 0;
     for batch in batches {
-        let dictionary = batch.column(column).as_dictionary_opt::<Int32Type>()?;
+        // Tag keys may be narrower than the schema's (buffered rows keep them so).
+        let dictionary = batch.column(column).as_any_dictionary_opt()?;
         most = most.max(dictionary.values().len() - dictionary.values().null_count());
     }
     Some(most)

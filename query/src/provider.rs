@@ -219,10 +219,16 @@ impl MeasurementTable {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let schema = &self.snapshot.schema;
         let batches = &self.snapshot.memory;
-        if let Some(bad) = batches
-            .iter()
-            .find(|b| b.schema_ref().fields() != schema.fields())
-        {
+        // Same columns in the same order; tag keys may be narrower than the schema's.
+        let same_columns = |b: &RecordBatch| {
+            b.schema_ref().fields().len() == schema.fields().len()
+                && b.schema_ref()
+                    .fields()
+                    .iter()
+                    .zip(schema.fields())
+                    .all(|(a, b)| a.name() == b.name())
+        };
+        if let Some(bad) = batches.iter().find(|b| !same_columns(b)) {
             return Err(DataFusionError::Internal(format!(
                 "storage handed {}.{} a memory batch with schema {:?}, table schema is {:?}",
                 self.snapshot.database,
@@ -231,17 +237,24 @@ impl MeasurementTable {
                 schema.fields()
             )));
         }
+        // Only the projected columns are cast to the query's types: casting every tag
+        // of every buffered row held 160 bytes a TSBS row (ten tags as string views)
+        // for a `count(*)`, 500 MB for 3 M buffered rows (found with heaptrack).
+        let query_schema = match projection {
+            Some(p) => Arc::new(self.schema.project(p)?),
+            None => Arc::clone(&self.schema),
+        };
         let partition_count = partitions_max.min(batches.len()).max(1);
         let mut partitions: Vec<Vec<RecordBatch>> = vec![Vec::new(); partition_count];
         for (i, batch) in batches.iter().enumerate() {
-            partitions[i % partition_count].push(plain_strings(batch, &self.schema)?);
+            let projected = match projection {
+                Some(p) => batch.project(p)?,
+                None => batch.clone(),
+            };
+            partitions[i % partition_count].push(plain_strings(&projected, &query_schema)?);
         }
-        let source = MemorySourceConfig::try_new(
-            &partitions,
-            Arc::clone(&self.schema),
-            projection.cloned(),
-        )?
-        .with_limit(limit);
+        let source =
+            MemorySourceConfig::try_new(&partitions, query_schema, None)?.with_limit(limit);
         let scan = DataSourceExec::from_data_source(source);
         // Distinct counts of the tags, for the planner (see `distinct_estimate`).
         let columns: Vec<usize> = match projection {
@@ -478,6 +491,96 @@ mod tests {
             tombstones: Vec::new(),
             columns: Vec::new().into(),
             tag_distinct: Vec::new(),
+        }
+    }
+
+    /// The memory source under `plan` (through wrappers such as distinct counts).
+    fn memory_source(plan: &Arc<dyn ExecutionPlan>) -> Option<MemorySourceConfig> {
+        if let Some(exec) = plan.downcast_ref::<DataSourceExec>() {
+            if let Some(memory) = exec.data_source().downcast_ref::<MemorySourceConfig>() {
+                return Some(memory.clone());
+            }
+        }
+        plan.children().into_iter().find_map(memory_source)
+    }
+
+    #[tokio::test]
+    async fn buffered_rows_are_cast_only_in_the_columns_a_query_reads() {
+        use arrow::array::{AsArray, Float64Array, StringDictionaryBuilder};
+        use arrow::datatypes::Int32Type;
+        use quiver_storage::{
+            canonical_schema, decode_batch, encode_batch_packed, ColumnKind, EntryCompression,
+            FieldType,
+        };
+        let schema = canonical_schema([
+            ("dc", ColumnKind::Tag),
+            ("host", ColumnKind::Tag),
+            ("v", ColumnKind::Field(FieldType::Float)),
+        ]);
+        let tag = |prefix: &str| {
+            let mut b = StringDictionaryBuilder::<Int32Type>::new();
+            for i in 0..100 {
+                b.append_value(format!("{prefix}{}", i % 7));
+            }
+            Arc::new(b.finish()) as arrow::array::ArrayRef
+        };
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![
+                Arc::new(arrow::array::TimestampNanosecondArray::from_iter_values(
+                    0..100,
+                )),
+                tag("dc"),
+                tag("h"),
+                Arc::new(Float64Array::from_iter_values((0..100).map(f64::from))),
+            ],
+        )
+        .unwrap();
+        // As a log entry carries it: one-byte keys.
+        let narrow =
+            decode_batch(&encode_batch_packed(&batch, EntryCompression::Zstd).unwrap()).unwrap();
+        assert_ne!(narrow.schema(), schema, "the entry narrowed the keys");
+        let snapshot = TableSnapshot::unfiltered(
+            "db",
+            "m",
+            Arc::clone(&schema),
+            vec!["dc".into(), "host".into()],
+            vec![batch, narrow],
+            Vec::new(),
+        );
+        let table = MeasurementTable::new(snapshot);
+        let host = schema.index_of("host").unwrap();
+        for projection in [vec![], vec![host]] {
+            let plan = table.memory_exec(Some(&projection), None, 2).unwrap();
+            let memory = memory_source(&plan).expect("a memory scan");
+            for held in memory.partitions().iter().flatten() {
+                assert_eq!(
+                    held.num_columns(),
+                    projection.len(),
+                    "only the columns the query reads are held, cast"
+                );
+            }
+            let out = datafusion::physical_plan::collect(
+                plan,
+                Arc::new(datafusion::execution::TaskContext::default()),
+            )
+            .await
+            .unwrap();
+            assert_eq!(out.iter().map(RecordBatch::num_rows).sum::<usize>(), 200);
+            if projection == [host] {
+                let hosts: Vec<String> = out
+                    .iter()
+                    .flat_map(|b| {
+                        b.column(0)
+                            .as_string_view()
+                            .iter()
+                            .map(|v| v.unwrap_or_default().to_string())
+                            .collect::<Vec<_>>()
+                    })
+                    .collect();
+                let expected: Vec<String> = (0..200).map(|i| format!("h{}", i % 100 % 7)).collect();
+                assert_eq!(hosts, expected);
+            }
         }
     }
 

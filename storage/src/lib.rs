@@ -35,6 +35,7 @@ mod store;
 mod table;
 mod table_state;
 mod tag_distinct;
+mod tag_keys;
 
 pub use catalog::{CatalogReport, FileSet};
 pub use durable::{

@@ -17,7 +17,7 @@ use crate::ids::{LogIndex, TimestampNs};
 use crate::meta::{ColumnMeta, FileMeta, FILE_META_KEY, FILE_META_VERSION};
 use crate::paths::parquet_path;
 use crate::row_order::{segment_order, RowRef};
-use crate::schema::{conform, with_tags_as, ColumnKind, TIME_COLUMN};
+use crate::schema::{align, with_tags_as, ColumnKind, TIME_COLUMN};
 use crate::tag_distinct::TagDistinct;
 
 /// Rows per data page by default: Parquet's own default (`docs/benchmarks.md`, "Page size",
@@ -92,7 +92,7 @@ pub fn encode_segment(
     let conformed: Vec<RecordBatch> = source
         .batches
         .iter()
-        .map(|b| conform(b, source.schema))
+        .map(|b| align(b, source.schema))
         .filter(|b| b.as_ref().map_or(true, |b| b.num_rows() > 0))
         .collect::<Result<_>>()?;
     let segment = segment_order(&conformed)?;

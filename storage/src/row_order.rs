@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, AsArray, DictionaryArray, Int32Array, RecordBatch, StringBuilder, UInt32Array,
+    Array, ArrayRef, DictionaryArray, Int32Array, RecordBatch, StringBuilder, UInt32Array,
 };
 use arrow::compute::{concat_batches, interleave, lexsort_to_indices, SortColumn};
 use arrow::datatypes::Int32Type;
@@ -20,7 +20,8 @@ use arrow::datatypes::Int32Type;
 use crate::error::Result;
 use crate::ids::TimestampNs;
 use crate::parquet_encode::{tag_column_indices, time_values};
-use crate::schema::TIME_COLUMN;
+use crate::schema::{conform, tag_type, with_tags_as, TIME_COLUMN};
+use crate::tag_keys::TagKeys;
 
 /// A row of a segment: (batch, row within it), 8 bytes (a flush of 2 M rows holds one
 /// per row).
@@ -101,9 +102,23 @@ impl SegmentOrder {
             match self.tags.iter().find(|t| t.column == column) {
                 Some(tag) => columns.push(tag.take(batches, &indices)?),
                 None => {
-                    let inputs: Vec<&dyn Array> =
-                        batches.iter().map(|b| b.column(column).as_ref()).collect();
-                    columns.push(interleave(&inputs, &indices)?);
+                    let wanted = schema.field(column).data_type();
+                    if batches
+                        .iter()
+                        .all(|b| b.column(column).data_type() == wanted)
+                    {
+                        let inputs: Vec<&dyn Array> =
+                            batches.iter().map(|b| b.column(column).as_ref()).collect();
+                        columns.push(interleave(&inputs, &indices)?);
+                    } else {
+                        // Tag keys of several widths, without a segment-wide dictionary.
+                        let widened: Vec<ArrayRef> = batches
+                            .iter()
+                            .map(|b| arrow::compute::cast(b.column(column), wanted))
+                            .collect::<std::result::Result<_, _>>()?;
+                        let inputs: Vec<&dyn Array> = widened.iter().map(|c| c.as_ref()).collect();
+                        columns.push(interleave(&inputs, &indices)?);
+                    }
                 }
             }
         }
@@ -113,28 +128,21 @@ impl SegmentOrder {
 
 impl SegmentTag {
     fn take(&self, batches: &[RecordBatch], indices: &[(usize, usize)]) -> Result<ArrayRef> {
-        let keys: Vec<&Int32Array> = batches
+        let keys: Vec<TagKeys<'_>> = batches
             .iter()
             .map(|b| {
-                b.column(self.column)
-                    .as_dictionary_opt::<Int32Type>()
-                    .map(|d| d.keys())
-                    .ok_or_else(|| {
-                        crate::error::Error::InvalidPayload(
-                            "a tag column changed type inside a segment".into(),
-                        )
-                    })
+                TagKeys::of(b.column(self.column)).ok_or_else(|| {
+                    crate::error::Error::InvalidPayload(
+                        "a tag column changed type inside a segment".into(),
+                    )
+                })
             })
             .collect::<Result<_>>()?;
         let taken: Int32Array = indices
             .iter()
             .map(|&(b, r)| {
-                let batch_keys = keys[b];
-                if batch_keys.is_null(r) {
-                    return None;
-                }
-                usize::try_from(batch_keys.value(r))
-                    .ok()
+                keys[b]
+                    .key(r)
                     .and_then(|k| self.keys[b].get(k).copied().flatten())
             })
             .collect();
@@ -165,9 +173,9 @@ fn rank_order(batches: &[RecordBatch]) -> Result<Option<(Vec<u32>, Vec<SegmentTa
     let mut series_count = 1u32;
     let mut tags = Vec::new();
     for column in tag_column_indices(&first.schema()) {
-        let dictionaries: Option<Vec<&DictionaryArray<Int32Type>>> = batches
+        let dictionaries: Option<Vec<TagKeys<'_>>> = batches
             .iter()
-            .map(|b| b.column(column).as_dictionary_opt::<Int32Type>())
+            .map(|b| TagKeys::of(b.column(column)))
             .collect();
         let Some((ranks, values, keys)) = dictionaries.and_then(|d| row_ranks(&d, rows)) else {
             return Ok(None);
@@ -333,11 +341,8 @@ type Ranked = (Vec<u32>, ArrayRef, Vec<Vec<Option<i32>>>);
 /// turn: 0 for null, equal strings equal ranks (in one dictionary or in two); with the
 /// distinct values in that order (rank `n` is value `n - 1`) and where each
 /// dictionary's keys land among them. `None` if the values are not strings.
-fn row_ranks(dictionaries: &[&DictionaryArray<Int32Type>], rows: usize) -> Option<Ranked> {
-    let values: Vec<_> = dictionaries
-        .iter()
-        .map(|d| d.values().as_string_opt::<i32>())
-        .collect::<Option<_>>()?;
+fn row_ranks(dictionaries: &[TagKeys<'_>], rows: usize) -> Option<Ranked> {
+    let values: Vec<_> = dictionaries.iter().map(|d| d.values).collect();
     // Every value of every dictionary, sorted once: a thousand hosts a batch, not a row.
     let mut by_value: Vec<(u32, u32)> = Vec::new();
     for (d, v) in values.iter().enumerate() {
@@ -370,13 +375,9 @@ fn row_ranks(dictionaries: &[&DictionaryArray<Int32Type>], rows: usize) -> Optio
         .collect();
     let mut out = Vec::with_capacity(rows);
     for (dictionary, ranks) in dictionaries.iter().zip(&value_rank) {
-        let keys = dictionary.keys();
         out.extend((0..dictionary.len()).map(|row| {
-            if keys.is_null(row) {
-                return 0;
-            }
-            usize::try_from(keys.value(row))
-                .ok()
+            dictionary
+                .key(row)
                 .and_then(|k| ranks.get(k).copied())
                 .unwrap_or(0)
         }));
@@ -391,7 +392,13 @@ fn generic_order(batches: &[RecordBatch]) -> Result<Vec<u32>> {
     let Some(first) = batches.first() else {
         return Ok(Vec::new());
     };
-    let batch = concat_batches(first.schema_ref(), batches)?;
+    // Tag keys may differ in width from batch to batch: one width to concatenate.
+    let schema = Arc::new(with_tags_as(first.schema_ref(), &tag_type()));
+    let batches: Vec<RecordBatch> = batches
+        .iter()
+        .map(|b| conform(b, &schema))
+        .collect::<Result<_>>()?;
+    let batch = concat_batches(&schema, &batches)?;
     let time = time_values(&batch)?;
     let hours = arrow::array::Int64Array::from_iter_values(
         time.values().iter().map(|&t| TimestampNs(t).hour_floor().0),
@@ -423,6 +430,7 @@ fn generic_order(batches: &[RecordBatch]) -> Result<Vec<u32>> {
 mod tests {
     use std::sync::Arc;
 
+    use arrow::array::AsArray;
     use arrow::array::{ArrayRef, Int32Array, StringArray, TimestampNanosecondArray};
     use arrow::compute::cast;
     use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
@@ -483,10 +491,18 @@ mod tests {
         bounds.push(0);
         bounds.push(rows.len());
         bounds.sort_unstable();
+        // Every other batch (the first too) with narrow keys, as log entries carry them.
         bounds
             .windows(2)
             .enumerate()
-            .map(|(i, w)| batch(&rows[w[0]..w[1]], i * 5))
+            .map(|(i, w)| {
+                let b = batch(&rows[w[0]..w[1]], i * 5);
+                if i % 2 == 0 {
+                    crate::tag_keys::narrow_tag_keys(&b).unwrap()
+                } else {
+                    b
+                }
+            })
             .collect()
     }
 
@@ -528,9 +544,9 @@ mod tests {
             let mut sorted_series = vec![0u32; rows.len()];
             let (mut count, mut sorted_count) = (1, 1);
             for c in ["dc", "host"] {
-                let d: Vec<&DictionaryArray<Int32Type>> = input
+                let d: Vec<TagKeys<'_>> = input
                     .iter()
-                    .map(|b| b.column_by_name(c).unwrap().as_dictionary::<Int32Type>())
+                    .map(|b| TagKeys::of(b.column_by_name(c).unwrap()).unwrap())
                     .collect();
                 let (ranks, values, _) = row_ranks(&d, rows.len()).unwrap();
                 let width = values.len() as u32 + 1;
@@ -545,8 +561,11 @@ mod tests {
             let order = segment_order(&input).unwrap();
             // Taken in that order, the rows are the comparator's sort of the input.
             if !rows.is_empty() {
-                let taken = order.take(&input, input[0].schema_ref(), &order.rows).unwrap();
-                let all = concat_batches(input[0].schema_ref(), &input).unwrap();
+                let schema = Arc::new(with_tags_as(input[0].schema_ref(), &tag_type()));
+                let taken = order.take(&input, &schema, &order.rows).unwrap();
+                let wide: Vec<RecordBatch> =
+                    input.iter().map(|b| conform(b, &schema).unwrap()).collect();
+                let all = concat_batches(&schema, &wide).unwrap();
                 let expected = arrow::compute::take_record_batch(
                     &all,
                     &UInt32Array::from(generic.clone()),

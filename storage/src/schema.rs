@@ -102,8 +102,10 @@ impl ColumnKind {
             DataType::Timestamp(TimeUnit::Nanosecond, None) if name == TIME_COLUMN => {
                 Some(ColumnKind::Time)
             }
+            // Buffered rows may hold narrower keys than the schema's (`tag_keys`).
             DataType::Dictionary(key, value)
-                if **key == DataType::Int32 && **value == DataType::Utf8 =>
+                if matches!(**key, DataType::Int32 | DataType::UInt16 | DataType::UInt8)
+                    && **value == DataType::Utf8 =>
             {
                 Some(ColumnKind::Tag)
             }
@@ -294,7 +296,8 @@ pub fn widen_integers_to_stored(
 }
 
 /// Rewrites `batch` to have exactly `schema`: columns in schema order, missing ones as
-/// nulls. The batch's columns must be a subset of the schema with the same types.
+/// nulls, tag keys widened to the schema's (buffered rows keep them narrower, see
+/// `tag_keys`). The batch's columns must be a subset of the schema, of the same kind.
 pub fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
     if batch.schema().as_ref() == schema.as_ref() {
         return Ok(batch.clone());
@@ -304,11 +307,45 @@ pub fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
         .fields()
         .iter()
         .map(|field| match batch.column_by_name(field.name()) {
-            Some(column) => column.clone(),
-            None => new_null_array(field.data_type(), rows),
+            Some(column) if column.data_type() == field.data_type() => Ok(column.clone()),
+            Some(column) => Ok(arrow::compute::cast(column, field.data_type())?),
+            None => Ok(new_null_array(field.data_type(), rows)),
         })
-        .collect();
+        .collect::<Result<_>>()?;
     Ok(RecordBatch::try_new(schema.clone(), columns)?)
+}
+
+/// As [`conform`], but each column keeps its own type (tag keys their width): what the
+/// flush reads, which writes tags through one dictionary of its own and needs no wide
+/// copy of the keys.
+pub(crate) fn align(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
+    if batch.schema().as_ref() == schema.as_ref() {
+        return Ok(batch.clone());
+    }
+    let rows = batch.num_rows();
+    let mut fields = Vec::with_capacity(schema.fields().len());
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+    for field in schema.fields() {
+        match batch.column_by_name(field.name()) {
+            Some(column) => {
+                fields.push(
+                    field
+                        .as_ref()
+                        .clone()
+                        .with_data_type(column.data_type().clone()),
+                );
+                columns.push(column.clone());
+            }
+            None => {
+                fields.push(field.as_ref().clone());
+                columns.push(new_null_array(field.data_type(), rows));
+            }
+        }
+    }
+    Ok(RecordBatch::try_new(
+        Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone())),
+        columns,
+    )?)
 }
 
 #[cfg(test)]

@@ -64,12 +64,15 @@ pub struct TableSnapshot {
     /// Measurement (table) name.
     pub measurement: String,
     /// The measurement's merged schema: `time`, then tags (sorted by name), then fields
-    /// (sorted by name). Every in-memory batch below already has exactly this schema;
-    /// Parquet files may lack newer columns, which read as nulls.
+    /// (sorted by name). Every in-memory batch below has exactly these columns (tag keys
+    /// may be narrower); Parquet files may lack newer columns, which read as nulls.
     pub schema: SchemaRef,
     /// Tag column names in sort order (the order files are sorted by, before `time`).
     pub tag_columns: Vec<String>,
-    /// Rows not yet in Parquet: the live buffer and frozen segments, conformed to `schema`.
+    /// Rows not yet in Parquet: the live buffer and frozen segments, with `schema`'s
+    /// columns in its order, but tag keys possibly narrower than its 32 bits (as log
+    /// entries carry them): widening every buffered row's keys for every query cost
+    /// memory in proportion to the buffer. Readers cast the columns they project.
     pub memory: Vec<RecordBatch>,
     /// Parquet files, found by the time range a query reads.
     pub files: SnapshotFiles,

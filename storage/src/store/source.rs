@@ -8,7 +8,7 @@ use object_store::ObjectStore;
 use super::{Storage, TableKey};
 use crate::ids::{LogIndex, TimestampNs};
 use crate::lifecycle::{without_deleted, Tombstone};
-use crate::schema::conform;
+use crate::schema::align;
 use crate::table::{SnapshotFiles, TableFiles, TableSnapshot, TableSource};
 use crate::table_state::TableState;
 
@@ -201,7 +201,7 @@ fn visible_memory(
         (&b.batch, Vec::new())
     });
     for (batch, applying) in frozen.chain(active) {
-        let mut batch = conform(batch, schema)?;
+        let mut batch = align(batch, schema)?;
         batch = rows_in(&batch, window)?;
         if let Some(only) = only {
             let matched = only.predicate.matches(&batch)?;
