@@ -102,23 +102,18 @@ impl SegmentOrder {
             match self.tags.iter().find(|t| t.column == column) {
                 Some(tag) => columns.push(tag.take(batches, &indices)?),
                 None => {
+                    // Without a segment-wide dictionary, tag keys of several widths are
+                    // widened to the schema's first.
                     let wanted = schema.field(column).data_type();
-                    if batches
+                    let alike: Vec<ArrayRef> = batches
                         .iter()
-                        .all(|b| b.column(column).data_type() == wanted)
-                    {
-                        let inputs: Vec<&dyn Array> =
-                            batches.iter().map(|b| b.column(column).as_ref()).collect();
-                        columns.push(interleave(&inputs, &indices)?);
-                    } else {
-                        // Tag keys of several widths, without a segment-wide dictionary.
-                        let widened: Vec<ArrayRef> = batches
-                            .iter()
-                            .map(|b| arrow::compute::cast(b.column(column), wanted))
-                            .collect::<std::result::Result<_, _>>()?;
-                        let inputs: Vec<&dyn Array> = widened.iter().map(|c| c.as_ref()).collect();
-                        columns.push(interleave(&inputs, &indices)?);
-                    }
+                        .map(|b| match b.column(column) {
+                            c if c.data_type() == wanted => Ok(Arc::clone(c)),
+                            c => arrow::compute::cast(c, wanted),
+                        })
+                        .collect::<std::result::Result<_, _>>()?;
+                    let inputs: Vec<&dyn Array> = alike.iter().map(|c| c.as_ref()).collect();
+                    columns.push(interleave(&inputs, &indices)?);
                 }
             }
         }
