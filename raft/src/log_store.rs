@@ -95,6 +95,23 @@ fn entry_bytes(entry: &Entry) -> usize {
     }
 }
 
+/// The id of the newest entry `wal` holds, or the purge point when it holds none: what
+/// the log would answer openraft at open, read without opening a [`LogStore`] (a node
+/// about to erase its log records it first, see `crate::vote_barrier`).
+pub(crate) fn last_log_id_on_disk(
+    wal: &Wal,
+    last_purged: Option<LogId>,
+) -> Result<Option<LogId>, StorageError> {
+    let Some(index) = wal.last_index() else {
+        return Ok(last_purged);
+    };
+    let records = wal.read_range(index..index + 1).map_err(read_err)?;
+    let (i, bytes) = records
+        .first()
+        .ok_or_else(|| read_err(io::Error::other("last entry unreadable")))?;
+    Ok(Some(decode(*i, bytes)?.log_id))
+}
+
 impl LogStore {
     /// Opens the log in `wal`'s directory: reads the vote and purge point, finds the
     /// last entry, and finishes a purge a crash interrupted.
@@ -112,16 +129,7 @@ impl LogStore {
                 .await
                 .map_err(|e| write_err(ErrorSubject::Logs, e))?;
         }
-        let last_log_id = match wal.last_index() {
-            Some(index) => {
-                let records = wal.read_range(index..index + 1).map_err(read_err)?;
-                let (i, bytes) = records
-                    .first()
-                    .ok_or_else(|| read_err(io::Error::other("last entry unreadable")))?;
-                Some(decode(*i, bytes)?.log_id)
-            }
-            None => last_purged,
-        };
+        let last_log_id = last_log_id_on_disk(&wal, last_purged)?;
         if let (Some(first), Some(purged)) = (wal.first_index(), last_purged) {
             if first != purged.index + 1 {
                 return Err(read_err(io::Error::other(format!(

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use openraft::error::{CheckIsLeaderError, ClientWriteError, InstallSnapshotError, RaftError};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest,
 };
 use openraft::{BasicNode, ChangeMembers, ServerState, SnapshotPolicy};
 use quiver_storage::Storage;
@@ -134,7 +135,7 @@ fn stand_for_election_when_allowed(raft: &Raft, barrier: &VoteBarrier) {
 /// idempotent, so a crash part-way starts over again at the next start.
 fn start_over(
     config: &RaftConfig,
-    fs: &dyn quiver_wal::WalFs,
+    fs: &Arc<dyn quiver_wal::WalFs>,
     barrier: &VoteBarrier,
     recovered: &Recovered,
 ) -> Result<(), Error> {
@@ -146,8 +147,20 @@ fn start_over(
          not finish): erasing the log; it catches up from the leader and votes again once \
          it has"
     );
-    barrier.close()?;
-    let erased = Wal::erase_with_fs(&config.wal.dir, fs)?;
+    // Where the log ended, recorded before a byte of it goes: the barrier still lets
+    // this node vote for candidates at least as up to date as that.
+    // A log that cannot be read says nothing: the barrier then stays wholly closed.
+    let log_end = Wal::open_with_fs(config.wal.clone(), fs.clone())
+        .map_err(Error::from)
+        .and_then(|wal| {
+            crate::log_store::last_log_id_on_disk(&wal, recovered.purged()).map_err(Error::from)
+        })
+        .unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot read where the log ended before erasing it");
+            None
+        });
+    barrier.close_erasing(log_end)?;
+    let erased = Wal::erase_with_fs(&config.wal.dir, &**fs)?;
     crate::log_store::reset_points(&config.wal.dir, snapshot)?;
     metrics::counter!("quiver_raft_logs_erased_total").increment(1);
     tracing::info!(files = erased, "log erased");
@@ -237,7 +250,7 @@ impl RaftNode {
             seams.wal_fs.unwrap_or_else(|| Arc::new(quiver_wal::OsFs));
         let barrier = Arc::new(VoteBarrier::load(&wal_dir)?);
         if recovered.log_lost() && config.peers.len() > 1 {
-            start_over(&config, &*wal_fs, &barrier, &recovered)?;
+            start_over(&config, &wal_fs, &barrier, &recovered)?;
         }
         let wal = Wal::open_with_fs(config.wal.clone(), wal_fs)?;
         let log = LogStore::open(wal, &wal_dir).await?;
@@ -337,12 +350,12 @@ impl RaftNode {
     }
 
     /// Whether this node may grant a vote now (see [`VoteBarrier`]).
-    pub fn may_vote(&self) -> Result<(), String> {
+    pub fn may_vote(&self, request: &VoteRequest<NodeId>) -> Result<(), String> {
         // The barrier learns the log's end after each AppendEntries, from metrics that
         // may lag the append they follow; with no later AppendEntries (the leader gone)
         // it would wait forever for a log it already has.
         self.open_barrier_if_caught_up();
-        match self.barrier.refusal() {
+        match self.barrier.refusal_for(request.last_log_id.as_ref()) {
             Some(reason) => {
                 metrics::counter!("quiver_votes_refused_total").increment(1);
                 Err(reason)
@@ -1208,5 +1221,75 @@ fn client_write_error(e: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>)
             WriteError::Unavailable(e.to_string())
         }
         RaftError::Fatal(e) => WriteError::Unavailable(format!("raft stopped: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod start_over_tests {
+    use super::*;
+    use crate::command::FlushCommand;
+    use crate::types::Entry;
+    use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
+    use openraft::{CommittedLeaderId, EntryPayload, LogId};
+    use quiver_storage::TableKey;
+    use quiver_wal::SyncMode;
+
+    fn log_id(term: u64, index: u64) -> LogId<NodeId> {
+        LogId::new(CommittedLeaderId::new(term, 2), index)
+    }
+
+    fn entry(term: u64, index: u64) -> Entry {
+        Entry {
+            log_id: log_id(term, index),
+            payload: EntryPayload::Normal(Command::Flush(FlushCommand {
+                tables: vec![TableKey::new("db", "m")],
+            })),
+        }
+    }
+
+    /// A log purged past any snapshot (a snapshot install that failed) is erased, and
+    /// the node still votes for candidates at least as up to date as the erased log,
+    /// never for one behind it, across restarts and a second erase of a shortened log.
+    #[tokio::test]
+    async fn an_erased_log_still_votes_for_candidates_at_least_as_up_to_date_as_it_was() {
+        let root = tempfile::tempdir().unwrap();
+        let config = RaftConfig {
+            data_dir: root.path().join("data"),
+            wal: WalConfig {
+                dir: root.path().join("wal"),
+                sync: SyncMode::Fsync,
+                ..WalConfig::default()
+            },
+            ..RaftConfig::default()
+        };
+        {
+            let wal = Wal::open(config.wal.clone()).unwrap();
+            let mut log = LogStore::open(wal, &config.wal.dir).await.unwrap();
+            log.blocking_append((0..10).map(|i| entry(2, i)).collect::<Vec<_>>())
+                .await
+                .unwrap();
+            log.purge(log_id(2, 6)).await.unwrap();
+        }
+        let recovered = Recovered::load(&config.data_dir, &config.wal.dir).unwrap();
+        assert!(recovered.log_lost(), "purged with no snapshot");
+        let fs: Arc<dyn quiver_wal::WalFs> = Arc::new(quiver_wal::OsFs);
+        let barrier = VoteBarrier::load(&config.wal.dir).unwrap();
+        start_over(&config, &fs, &barrier, &recovered).unwrap();
+
+        let wal = Wal::open(config.wal.clone()).unwrap();
+        assert_eq!(wal.last_index(), None, "the log is erased");
+        drop(wal);
+        let barrier = VoteBarrier::load(&config.wal.dir).unwrap();
+        assert!(barrier.refusal().is_some(), "it does not stand itself");
+        assert!(barrier.refusal_for(Some(&log_id(2, 9))).is_none());
+        assert!(barrier.refusal_for(Some(&log_id(3, 4))).is_none());
+        assert!(barrier.refusal_for(Some(&log_id(2, 8))).is_some());
+        assert!(barrier.refusal_for(Some(&log_id(1, 50))).is_some());
+        assert!(barrier.refusal_for(None).is_some());
+        // Erasing again (a crash part-way left a shorter log) keeps the furthest end.
+        barrier.close_erasing(Some(log_id(2, 7))).unwrap();
+        let barrier = VoteBarrier::load(&config.wal.dir).unwrap();
+        assert!(barrier.refusal_for(Some(&log_id(2, 8))).is_some());
+        assert!(barrier.refusal_for(Some(&log_id(2, 9))).is_none());
     }
 }

@@ -77,6 +77,11 @@ impl Recovered {
         }
     }
 
+    /// The log's purge point, if it was ever purged.
+    pub fn purged(&self) -> Option<LogId> {
+        self.purged
+    }
+
     /// The snapshot's last log id, if there is one.
     pub fn snapshot_last_log_id(&self) -> Option<LogId> {
         self.snapshot.as_ref().and_then(|(m, _)| m.last_log_id)

@@ -40,7 +40,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::durable_file::{read_durable, write_durable, DurableFileError};
-use crate::types::Vote;
+use crate::types::{LogId, Vote};
 
 const BARRIER_FILE: &str = "raft-vote-barrier";
 /// Written (fsynced) the first time a node starts on a log directory: present, the
@@ -60,6 +60,11 @@ struct Closed {
     /// The newest vote any peer held when asked (all of them answered).
     #[serde(default)]
     vote_floor: Option<Vote>,
+    /// The last entry of the log this node erased (see [`VoteBarrier::close_erasing`]):
+    /// it still knows how far its log reached, so it may vote for a candidate whose
+    /// log reaches at least as far.
+    #[serde(default)]
+    erased_log_end: Option<LogId>,
 }
 
 /// Whether this node takes entries (AppendEntries, snapshot chunks) from a leader.
@@ -114,10 +119,18 @@ impl VoteBarrier {
         write_durable(&dir.join(NODE_FILE), &node_id, true)
     }
 
-    /// Closes the barrier, durably: this node may not vote until it has caught up.
-    pub fn close(&self) -> Result<(), DurableFileError> {
+    /// Closes the barrier, durably, before this node erases its log, whose last entry
+    /// was `log_end`: until it has caught up, it votes only for candidates whose log
+    /// reaches at least that far (see [`VoteBarrier::refusal_for`]). Called again after
+    /// a crash part-way through the erase (which shortens the log from its end), it
+    /// keeps the furthest end recorded.
+    pub fn close_erasing(&self, log_end: Option<LogId>) -> Result<(), DurableFileError> {
         let mut closed = self.closed.lock();
-        let state = closed.unwrap_or_default();
+        let before = closed.unwrap_or_default();
+        let state = Closed {
+            erased_log_end: before.erased_log_end.max(log_end),
+            ..before
+        };
         write_durable(&self.path, &state, true)?;
         *closed = Some(state);
         Ok(())
@@ -210,7 +223,22 @@ impl VoteBarrier {
         Ok(())
     }
 
-    /// Whether votes are refused, and why.
+    /// Whether the vote for a candidate whose log ends at `candidate_last` is refused,
+    /// and why. A node that erased its log but remembers where it ended grants it when
+    /// the candidate's log is at least as up to date as the erased one was: Raft's own
+    /// rule, applied to the log the node acknowledged from, so the candidate holds every
+    /// entry this node helped commit. Without this, a node whose snapshot install failed
+    /// while another node was wiped left the only complete replica unable to win an
+    /// election, forever (the cluster simulation, seed 158).
+    pub fn refusal_for(&self, candidate_last: Option<&LogId>) -> Option<String> {
+        let erased_end = self.closed.lock().map(|c| (c.vote_lost, c.erased_log_end));
+        match erased_end {
+            Some((false, Some(end))) if candidate_last.is_some_and(|c| *c >= end) => None,
+            _ => self.refusal(),
+        }
+    }
+
+    /// Whether votes (and this node's own candidacy) are refused, and why.
     pub fn refusal(&self) -> Option<String> {
         self.closed.lock().map(|c| match c.catch_up_to {
             Some(index) => format!(
@@ -280,7 +308,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let barrier = VoteBarrier::load(dir.path()).unwrap();
         assert!(barrier.refusal().is_none());
-        barrier.close().unwrap();
+        barrier.close_erasing(None).unwrap();
         assert!(barrier.refusal().is_some());
         // A commit index of an older term does not count.
         assert!(!barrier.observe_leader_commit(5, Some((4, 90))).unwrap());
@@ -301,11 +329,14 @@ mod tests {
         let barrier = VoteBarrier::load(dir.path()).unwrap();
         assert_eq!(barrier.entries_verdict(&vote(1)), EntriesVerdict::Take);
         // A barrier closed for an erased log (the vote kept) takes entries.
-        barrier.close().unwrap();
+        barrier.close_erasing(None).unwrap();
         assert_eq!(barrier.entries_verdict(&vote(1)), EntriesVerdict::Take);
         assert!(!barrier.awaits_vote_floor());
         barrier.close_lost_vote().unwrap();
         assert!(barrier.awaits_vote_floor());
+        // A node that lost its data with its vote votes for no one, however up to date.
+        let far = LogId::new(openraft::CommittedLeaderId::new(50, 2), 1_000);
+        assert!(barrier.refusal_for(Some(&far)).is_some());
         assert!(matches!(
             barrier.entries_verdict(&vote(9)),
             EntriesVerdict::NotYet(_)

@@ -116,7 +116,7 @@ pub async fn vote(State(app): State<AppState>, headers: HeaderMap, body: Body) -
             Ok(r) => r,
             Err(response) => return response,
         };
-    if let Err(reason) = app.node.may_vote() {
+    if let Err(reason) = app.node.may_vote(&request) {
         return (StatusCode::SERVICE_UNAVAILABLE, reason).into_response();
     }
     encode(&app.node.raft.vote(request).await)

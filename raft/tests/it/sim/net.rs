@@ -186,7 +186,7 @@ async fn dispatch(node: &RaftNode, path: &str, body: Option<&[u8]>) -> Answer {
         }
         raft_paths::VOTE => {
             let request: VoteRequest<u64> = decode(body)?;
-            node.may_vote().map_err(|reason| (503, reason))?;
+            node.may_vote(&request).map_err(|reason| (503, reason))?;
             encode(&node.raft.vote(request).await)
         }
         raft_paths::SNAPSHOT => {
