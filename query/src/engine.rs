@@ -127,6 +127,10 @@ impl QueryEngine {
         // TABLE` or `COPY` even if a statement slipped past the sandbox.
         *builder.table_factories() = Some(HashMap::new());
         *builder.file_formats() = Some(Vec::new());
+        // Quiver's `avg` replaces DataFusion's (same name and aliases; see `avg`).
+        let aggregates = builder.aggregate_functions().get_or_insert_with(Vec::new);
+        aggregates.retain(|f| f.name() != "avg");
+        aggregates.push(crate::avg::avg());
         let functions = builder.scalar_functions().get_or_insert_with(Vec::new);
         functions.push(udf::time_bucket());
         functions.extend(crate::pg_functions::functions());

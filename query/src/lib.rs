@@ -14,6 +14,7 @@
 #![deny(missing_docs)]
 
 mod admission;
+mod avg;
 mod build_side;
 mod catalog;
 mod client_types;
