@@ -14,11 +14,13 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Float64Array, UInt64Array};
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, Float64Array, PrimitiveArray, UInt64Array,
+};
 use datafusion::arrow::buffer::NullBuffer;
 use datafusion::arrow::datatypes::FieldRef;
-use datafusion::arrow::datatypes::{DataType, Float64Type, UInt64Type};
-use datafusion::common::Result;
+use datafusion::arrow::datatypes::{ArrowPrimitiveType, DataType, Float64Type, UInt64Type};
+use datafusion::common::{internal_datafusion_err, Result};
 use datafusion::functions_aggregate::average::Avg;
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::{
@@ -160,6 +162,18 @@ fn counted_rows(nulls: Option<&NullBuffer>, filter: Option<&BooleanArray>) -> Op
     NullBuffer::union(nulls, filter.as_ref())
 }
 
+/// Argument `index` as an array of `T`: the planner only hands this accumulator
+/// `Float64` values and its own state, so anything else is an internal error, answered
+/// as one rather than a panic.
+fn column<T: ArrowPrimitiveType>(values: &[ArrayRef], index: usize) -> Result<&PrimitiveArray<T>> {
+    values
+        .get(index)
+        .and_then(|v| v.as_primitive_opt::<T>())
+        .ok_or_else(|| {
+            internal_datafusion_err!("avg: argument {index} is not of type {}", T::DATA_TYPE)
+        })
+}
+
 impl RunSumAvg {
     fn grow(&mut self, total_num_groups: usize) {
         self.sums.resize(total_num_groups, 0.0);
@@ -210,7 +224,7 @@ impl GroupsAccumulator for RunSumAvg {
         opt_filter: Option<&BooleanArray>,
         total_num_groups: usize,
     ) -> Result<()> {
-        let values = values[0].as_primitive::<Float64Type>();
+        let values = column::<Float64Type>(values, 0)?;
         self.grow(total_num_groups);
         let counted = counted_rows(values.nulls(), opt_filter);
         self.add(group_indices, values.values(), counted.as_ref());
@@ -247,8 +261,8 @@ impl GroupsAccumulator for RunSumAvg {
         group_indices: &[usize],
         total_num_groups: usize,
     ) -> Result<()> {
-        let counts = values[0].as_primitive::<UInt64Type>();
-        let sums = values[1].as_primitive::<Float64Type>();
+        let counts = column::<UInt64Type>(values, 0)?;
+        let sums = column::<Float64Type>(values, 1)?;
         self.grow(total_num_groups);
         for (row, group) in group_indices.iter().enumerate() {
             if counts.is_valid(row) && sums.is_valid(row) {
@@ -264,7 +278,7 @@ impl GroupsAccumulator for RunSumAvg {
         values: &[ArrayRef],
         opt_filter: Option<&BooleanArray>,
     ) -> Result<Vec<ArrayRef>> {
-        let values = values[0].as_primitive::<Float64Type>();
+        let values = column::<Float64Type>(values, 0)?;
         let counted = counted_rows(values.nulls(), opt_filter);
         Ok(vec![
             Arc::new(UInt64Array::new(
@@ -435,6 +449,20 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn arguments_of_another_type_are_an_error_not_a_panic() {
+        let mut acc = RunSumAvg::default();
+        let strings: ArrayRef = Arc::new(datafusion::arrow::array::StringArray::from(vec!["a"]));
+        assert!(acc
+            .update_batch(std::slice::from_ref(&strings), &[0], None, 1)
+            .is_err());
+        assert!(acc.update_batch(&[], &[], None, 0).is_err());
+        assert!(acc
+            .merge_batch(std::slice::from_ref(&strings), &[0], 1)
+            .is_err());
+        assert!(acc.convert_to_state(&[strings], None).is_err());
     }
 
     #[test]
