@@ -148,8 +148,8 @@ fn start_over(
          it has"
     );
     // Where the log ended, recorded before a byte of it goes: the barrier still lets
-    // this node vote for candidates at least as up to date as that.
-    // A log that cannot be read says nothing: the barrier then stays wholly closed.
+    // this node vote for candidates at least as up to date as that. A log that cannot
+    // be read says nothing, and the barrier then stays wholly closed.
     let log_end = Wal::open_with_fs(config.wal.clone(), fs.clone())
         .map_err(Error::from)
         .and_then(|wal| {
