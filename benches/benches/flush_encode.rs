@@ -6,8 +6,8 @@
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use quiver_sizing::{encode_columnar_batch, BatchShape, RowKind};
 use quiver_storage::{
-    decode_batch, encode_batch_packed, encode_segment, EntryCompression, LogIndex, ParquetSettings,
-    SegmentSource,
+    choose_lead, decode_batch, encode_batch_packed, encode_segment, EntryCompression, LogIndex,
+    ParquetSettings, SegmentSource,
 };
 
 /// Rows per write batch, as the load generator sends them.
@@ -50,6 +50,8 @@ fn bench(c: &mut Criterion) {
     for (label, kind) in [("arc", RowKind::Arc), ("tsbs", RowKind::Tsbs)] {
         let batches = segment(kind);
         let schema = batches[0].schema();
+        // The lead a freeze of this segment decides (the host tag).
+        let lead = choose_lead(&schema, &batches);
         let source = SegmentSource {
             database: "bench",
             measurement: "cpu",
@@ -57,6 +59,7 @@ fn bench(c: &mut Criterion) {
             batches: &batches,
             log_first: LogIndex(1),
             log_last: LogIndex(BATCHES),
+            sort_lead: lead.as_deref(),
         };
         let files = encode_segment(&source, &settings).expect("encodes");
         let bytes: u64 = files.iter().map(|f| f.meta.size_bytes).sum();

@@ -263,6 +263,7 @@ mod tests {
             size_bytes: 1_000_000 + i,
             compaction: None,
             tag_distinct: Vec::new(),
+            sort_lead: None,
         }
     }
 
@@ -277,6 +278,7 @@ mod tests {
             files: files.clone(),
             policies: Default::default(),
             compactions: Vec::new(),
+            sort_leads: None,
             generation: 0,
         };
         let meta = meta_at(1_000_000);

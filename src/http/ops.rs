@@ -99,7 +99,8 @@ fn database_param(params: &HashMap<String, String>) -> Option<&str> {
 
 /// `GET /api/v1/storage?database=`: what each table holds on this node, for operators
 /// watching compaction and retention: files, rows, bytes, time range, rows still in
-/// memory and compactions waiting, per database and measurement, plus totals.
+/// memory, compactions waiting and the tag files sort by first, per database and
+/// measurement, plus totals.
 pub async fn storage(
     State(app): State<AppState>,
     Query(params): Query<HashMap<String, String>>,
@@ -131,6 +132,7 @@ pub async fn storage(
                 "oldest": rfc3339(s.time_min),
                 "newest": rfc3339(s.time_max),
                 "compactions_pending": s.compactions_pending,
+                "sort_lead": s.sort_lead,
             }));
     }
     let databases: Vec<Value> = databases

@@ -190,6 +190,7 @@ mod tests {
             size_bytes: 1,
             compaction: None,
             tag_distinct: Vec::new(),
+            sort_lead: None,
         }
     }
 

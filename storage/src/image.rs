@@ -12,6 +12,8 @@
 //!   rules); an image without it has none;
 //! * `C` (body: JSON) lists the compactions committed but not yet carried out (their
 //!   inputs are in the manifest); an image without it has none;
+//! * `O` (body: JSON) lists every table's sort lead decision (`sort_lead`); an image
+//!   without it predates leads, and its tables keep name order;
 //! * `F` starts a frozen segment (its batches follow as `B` frames), `A` is one
 //!   live-buffer batch, `E` ends the image. Bodies of `B` and `A` are Arrow IPC.
 //!
@@ -62,6 +64,7 @@ const KIND_ACTIVE: u8 = b'A';
 const KIND_END: u8 = b'E';
 const KIND_POLICIES: u8 = b'K';
 const KIND_COMPACTIONS: u8 = b'C';
+const KIND_SORT_LEADS: u8 = b'O';
 
 /// Largest body a frame of `kind` may have, in bytes; shared by writer and reader.
 fn body_bytes_max(kind: u8) -> u64 {
@@ -85,6 +88,16 @@ struct FrozenHeader {
     bytes: usize,
     columns: Vec<ColumnMeta>,
     batches: usize,
+    /// Absent in images written before sort leads: name order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sort_lead: Option<String>,
+}
+
+/// One decided table in frame `O`.
+#[derive(Serialize, Deserialize)]
+struct SortLeadRecord {
+    key: TableKey,
+    lead: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -163,6 +176,16 @@ pub fn write_image(image: &MemoryImage, w: &mut impl Write) -> Result<()> {
     if !image.compactions.is_empty() {
         write_frame(w, KIND_COMPACTIONS, &[], &json(&image.compactions)?)?;
     }
+    if let Some(decided) = &image.sort_leads {
+        let records: Vec<SortLeadRecord> = decided
+            .iter()
+            .map(|(key, lead)| SortLeadRecord {
+                key: key.clone(),
+                lead: lead.clone(),
+            })
+            .collect();
+        write_frame(w, KIND_SORT_LEADS, &[], &json(&records)?)?;
+    }
     for table in &image.tables {
         for segment in &table.frozen {
             let columns = segment
@@ -182,6 +205,7 @@ pub fn write_image(image: &MemoryImage, w: &mut impl Write) -> Result<()> {
                 bytes: segment.bytes,
                 columns,
                 batches: segment.batches.len(),
+                sort_lead: segment.sort_lead.clone(),
             };
             write_frame(w, KIND_FROZEN, &json(&header)?, &[])?;
             for batch in &segment.batches {
@@ -322,6 +346,7 @@ pub fn read_image(r: &mut impl Read) -> Result<MemoryImage> {
     let mut tables: Vec<TableImage> = Vec::new();
     let mut policies = Policies::default();
     let mut compactions = Vec::new();
+    let mut sort_leads = None;
     fn table_of<'t>(tables: &'t mut Vec<TableImage>, key: &TableKey) -> &'t mut TableImage {
         let position = match tables.iter().position(|t| &t.key == key) {
             Some(p) => p,
@@ -342,6 +367,10 @@ pub fn read_image(r: &mut impl Read) -> Result<MemoryImage> {
             KIND_END => break,
             KIND_POLICIES => policies = parse(&frame.body)?,
             KIND_COMPACTIONS => compactions = parse(&frame.body)?,
+            KIND_SORT_LEADS => {
+                let records: Vec<SortLeadRecord> = parse(&frame.body)?;
+                sort_leads = Some(records.into_iter().map(|r| (r.key, r.lead)).collect());
+            }
             KIND_FROZEN => {
                 let header: FrozenHeader = parse(&frame.header)?;
                 let schema = canonical_schema(
@@ -365,6 +394,7 @@ pub fn read_image(r: &mut impl Read) -> Result<MemoryImage> {
                     batches,
                     rows: header.rows,
                     bytes: header.bytes,
+                    sort_lead: header.sort_lead,
                 });
             }
             KIND_ACTIVE => {
@@ -383,6 +413,7 @@ pub fn read_image(r: &mut impl Read) -> Result<MemoryImage> {
         files,
         policies,
         compactions,
+        sort_leads,
         generation: 0,
     })
 }

@@ -31,6 +31,7 @@ pub mod prom_remote;
 mod row_order;
 mod rows;
 mod schema;
+mod sort_lead;
 mod store;
 mod table;
 mod table_state;
@@ -67,6 +68,7 @@ pub use schema::{
     canonical_schema, conform, tag_type, widen_integers_to_stored, with_tags_as, ColumnKind,
     FieldType, MeasurementSchema, TIME_COLUMN, TIME_TYPE,
 };
+pub use sort_lead::{choose_lead, SortDecision};
 pub use store::{
     rows_at_or_after, split_past_retention, DeleteOutcome, IoGuard, MemoryImage, OpenReport,
     Storage, StorageConfig, StorageStats, SweepReport, TableImage, TableKey, TableSummary, View,

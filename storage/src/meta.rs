@@ -90,6 +90,10 @@ pub struct FileMeta {
     /// estimated); a count of [`crate::TAG_DISTINCT_COUNTED_MAX`] means at least that.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tag_distinct: Vec<u32>,
+    /// The tag the rows are sorted by first, before the other tags in name order
+    /// (see `sort_lead`); absent: tags in name order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sort_lead: Option<String>,
 }
 
 impl FileMeta {

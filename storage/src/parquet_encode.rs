@@ -18,6 +18,7 @@ use crate::meta::{ColumnMeta, FileMeta, FILE_META_KEY, FILE_META_VERSION};
 use crate::paths::parquet_path;
 use crate::row_order::{segment_order, RowRef};
 use crate::schema::{align, with_tags_as, ColumnKind, TIME_COLUMN};
+use crate::sort_lead::sort_tag_indices;
 use crate::tag_distinct::TagDistinct;
 
 /// Rows per data page by default: Parquet's own default (`docs/benchmarks.md`, "Page size",
@@ -69,6 +70,8 @@ pub struct SegmentSource<'a> {
     pub log_first: LogIndex,
     /// Last log index the segment covers (the flush entry).
     pub log_last: LogIndex,
+    /// The tag rows sort by first (the frozen segment's; `None`: tags in name order).
+    pub sort_lead: Option<&'a str>,
 }
 
 /// Rows taken from a segment's batches at a time, in file order, while it is written:
@@ -95,7 +98,7 @@ pub fn encode_segment(
         .map(|b| align(b, source.schema))
         .filter(|b| b.as_ref().map_or(true, |b| b.num_rows() > 0))
         .collect::<Result<_>>()?;
-    let segment = segment_order(&conformed)?;
+    let segment = segment_order(&conformed, source.sort_lead)?;
     let order = &segment.rows;
     if order.is_empty() {
         return Ok(Vec::new());
@@ -133,7 +136,8 @@ pub fn encode_segment(
             .fold((i64::MAX, i64::MIN), |(lo, hi), t| (lo.min(t), hi.max(t)));
         let mut bytes: Vec<u8> = Vec::new();
         let mut distinct = TagDistinct::new(source.schema);
-        let mut writer = StreamingParquetWriter::new(&mut bytes, source.schema, settings)?;
+        let mut writer =
+            StreamingParquetWriter::new(&mut bytes, source.schema, settings, source.sort_lead)?;
         for chunk in rows.chunks(FLUSH_CHUNK_ROWS) {
             let part = segment.take(&conformed, source.schema, chunk)?;
             distinct.add(&part);
@@ -160,6 +164,7 @@ pub fn encode_segment(
             size_bytes: 0,
             compaction: None,
             tag_distinct: distinct.finish(),
+            sort_lead: source.sort_lead.map(str::to_string),
         };
         writer.finish(&meta)?;
         let meta = FileMeta {
@@ -191,7 +196,8 @@ pub(crate) fn min_max(time: &arrow::array::TimestampNanosecondArray) -> (i64, i6
     (lo, hi)
 }
 
-/// Positions of the tag columns of `schema`, in schema order (the sort order's).
+/// Positions of the tag columns of `schema`, in schema order (name order; the sort
+/// order is `sort_lead::sort_tag_indices`).
 pub(crate) fn tag_column_indices(schema: &arrow::datatypes::Schema) -> Vec<usize> {
     schema
         .fields()
@@ -214,14 +220,15 @@ pub(crate) struct StreamingParquetWriter<'a> {
 }
 
 impl<'a> StreamingParquetWriter<'a> {
-    /// Starts a file of `schema` in `sink`.
+    /// Starts a file of `schema` in `sink`, its rows sorted by `sort_lead` first.
     pub(crate) fn new(
         sink: &'a mut (dyn std::io::Write + Send),
         schema: &SchemaRef,
         settings: &ParquetSettings,
+        sort_lead: Option<&str>,
     ) -> Result<Self> {
         let options = ArrowWriterOptions::new()
-            .with_properties(writer_properties(schema, settings, None)?)
+            .with_properties(writer_properties(schema, settings, None, sort_lead)?)
             .with_skip_arrow_metadata(true);
         Ok(StreamingParquetWriter {
             writer: ArrowWriter::try_new_with_options(sink, schema.clone(), options)?,
@@ -258,8 +265,9 @@ fn writer_properties(
     schema: &SchemaRef,
     settings: &ParquetSettings,
     meta: Option<&FileMeta>,
+    sort_lead: Option<&str>,
 ) -> Result<WriterProperties> {
-    let mut sorting: Vec<SortingColumn> = tag_column_indices(schema)
+    let mut sorting: Vec<SortingColumn> = sort_tag_indices(schema, sort_lead)
         .into_iter()
         .map(|i| SortingColumn {
             column_idx: i as i32,

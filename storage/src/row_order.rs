@@ -1,4 +1,5 @@
-//! The order a segment's rows are written in: hour, then tags, then time.
+//! The order a segment's rows are written in: hour, then tags (the table's sort lead
+//! first, then the others by name; see `sort_lead`), then time.
 //!
 //! Sorting by comparing tag strings row against row was a third of a node's CPU during
 //! ingest (`lexsort_to_indices` over dictionary columns compares the strings behind the
@@ -19,8 +20,9 @@ use arrow::datatypes::Int32Type;
 
 use crate::error::Result;
 use crate::ids::TimestampNs;
-use crate::parquet_encode::{tag_column_indices, time_values};
+use crate::parquet_encode::time_values;
 use crate::schema::{conform, tag_type, with_tags_as, TIME_COLUMN};
+use crate::sort_lead::sort_tag_indices;
 use crate::tag_keys::TagKeys;
 
 /// A row of a segment: (batch, row within it), 8 bytes (a flush of 2 M rows holds one
@@ -51,11 +53,11 @@ pub(crate) struct SegmentOrder {
 }
 
 /// Where the rows of `batches` (all of one schema) go: `(batch, row)` pairs sorted by
-/// hour of `time`, then every tag (in schema order), then `time`, rows equal on all of
+/// hour of `time`, then every tag (`lead` first, the others in schema order), then `time`, rows equal on all of
 /// them in input order, as if the batches were one. Nothing is copied but the sort
 /// keys: the caller takes the rows in this order a chunk at a time
 /// ([`SegmentOrder::take`]), so a flush never holds a second copy of its segment.
-pub(crate) fn segment_order(batches: &[RecordBatch]) -> Result<SegmentOrder> {
+pub(crate) fn segment_order(batches: &[RecordBatch], lead: Option<&str>) -> Result<SegmentOrder> {
     let mut offsets = Vec::with_capacity(batches.len() + 1);
     offsets.push(0usize);
     for batch in batches {
@@ -66,9 +68,9 @@ pub(crate) fn segment_order(batches: &[RecordBatch]) -> Result<SegmentOrder> {
             "a segment of more than 2^32 rows cannot be sorted".into(),
         ));
     }
-    let (global, tags) = match rank_order(batches)? {
+    let (global, tags) = match rank_order(batches, lead)? {
         Some(ranked) => ranked,
-        None => (generic_order(batches)?, Vec::new()),
+        None => (generic_order(batches, lead)?, Vec::new()),
     };
     debug_assert_eq!(global.len(), offsets[offsets.len() - 1]);
     let rows = global
@@ -156,7 +158,10 @@ impl SegmentTag {
 /// row's tag values in string order, tag by tag), so the sort needs one 128-bit key per
 /// row whatever the number of tags; a flush of 2 M TSBS rows (ten tags) held 180 MB of
 /// sort keys when each tag kept its own rank per row, and holds about 60 MB now.
-fn rank_order(batches: &[RecordBatch]) -> Result<Option<(Vec<u32>, Vec<SegmentTag>)>> {
+fn rank_order(
+    batches: &[RecordBatch],
+    lead: Option<&str>,
+) -> Result<Option<(Vec<u32>, Vec<SegmentTag>)>> {
     let Some(first) = batches.first() else {
         return Ok(Some((Vec::new(), Vec::new())));
     };
@@ -167,7 +172,7 @@ fn rank_order(batches: &[RecordBatch]) -> Result<Option<(Vec<u32>, Vec<SegmentTa
     let mut series = vec![0u32; rows];
     let mut series_count = 1u32;
     let mut tags = Vec::new();
-    for column in tag_column_indices(&first.schema()) {
+    for column in sort_tag_indices(&first.schema(), lead) {
         let dictionaries: Option<Vec<TagKeys<'_>>> = batches
             .iter()
             .map(|b| TagKeys::of(b.column(column)))
@@ -383,7 +388,7 @@ fn row_ranks(dictionaries: &[TagKeys<'_>], rows: usize) -> Option<Ranked> {
 /// The same order through Arrow's comparators, for columns the ranks do not cover
 /// (this path concatenates the segment: it is not taken for tags in memory, which are
 /// always dictionaries).
-fn generic_order(batches: &[RecordBatch]) -> Result<Vec<u32>> {
+fn generic_order(batches: &[RecordBatch], lead: Option<&str>) -> Result<Vec<u32>> {
     let Some(first) = batches.first() else {
         return Ok(Vec::new());
     };
@@ -402,7 +407,7 @@ fn generic_order(batches: &[RecordBatch]) -> Result<Vec<u32>> {
         values: std::sync::Arc::new(hours),
         options: None,
     }];
-    for i in tag_column_indices(&batch.schema()) {
+    for i in sort_tag_indices(&batch.schema(), lead) {
         keys.push(SortColumn {
             values: batch.column(i).clone(),
             options: None,
@@ -502,7 +507,11 @@ mod tests {
     }
 
     fn sorted(batches: &[RecordBatch]) -> RecordBatch {
-        let order = segment_order(batches).unwrap();
+        sorted_with(batches, None)
+    }
+
+    fn sorted_with(batches: &[RecordBatch], lead: Option<&str>) -> RecordBatch {
+        let order = segment_order(batches, lead).unwrap();
         order
             .take(batches, batches[0].schema_ref(), &order.rows)
             .unwrap()
@@ -525,20 +534,22 @@ mod tests {
                 0..200,
             ),
             cuts in prop::collection::vec(0usize..200, 0..4),
+            lead in prop::option::of(prop::sample::select(vec!["dc", "host"])),
         ) {
             // Key 12 is the null value (before rotation); times collide often so ties
             // are common.
             let rows: Vec<_> = rows.into_iter().map(|(t, h, d)| (t / (HOUR / 2) * 7, h, d)).collect();
             let input = parts(&rows, &cuts);
-            let (ranked, _) = rank_order(&input).unwrap().expect("dictionary tags");
-            let generic = generic_order(&input).unwrap();
+            let (ranked, _) = rank_order(&input, lead).unwrap().expect("dictionary tags");
+            let generic = generic_order(&input, lead).unwrap();
             prop_assert_eq!(&ranked, &generic);
             // The comparator path (keys too wide to pack) agrees with the packed one, and
             // folding through sorted pairs with folding through a table.
             let mut series = vec![0u32; rows.len()];
             let mut sorted_series = vec![0u32; rows.len()];
             let (mut count, mut sorted_count) = (1, 1);
-            for c in ["dc", "host"] {
+            let tag_order = if lead == Some("host") { ["host", "dc"] } else { ["dc", "host"] };
+            for c in tag_order {
                 let d: Vec<TagKeys<'_>> = input
                     .iter()
                     .map(|b| TagKeys::of(b.column_by_name(c).unwrap()).unwrap())
@@ -553,7 +564,7 @@ mod tests {
             let compared = compared_order(&input, &series).unwrap();
             prop_assert_eq!(&compared, &generic);
             // Row references name the same rows as the global order.
-            let order = segment_order(&input).unwrap();
+            let order = segment_order(&input, lead).unwrap();
             // Taken in that order, the rows are the comparator's sort of the input.
             if !rows.is_empty() {
                 let schema = Arc::new(with_tags_as(input[0].schema_ref(), &tag_type()));
@@ -632,6 +643,31 @@ mod tests {
         assert_eq!(
             as_strings(&sorted, "host"),
             vec![Some("h0".into()), Some("h0".into()), Some("h1".into())]
+        );
+    }
+
+    #[test]
+    fn a_sort_lead_sorts_by_that_tag_before_the_others() {
+        // (time, host key, dc key): host "h0" (key 2) in dc "h3" (key 0) and in dc "h1"
+        // (key 1); host "h3" (key 0) in dc "h0" (key 2).
+        let rows = [
+            (1, Some(2), Some(0)),
+            (2, Some(0), Some(2)),
+            (3, Some(2), Some(1)),
+        ];
+        let by_dc = sorted(&[batch(&rows, 0)]);
+        assert_eq!(
+            time_values(&by_dc).unwrap().values().to_vec(),
+            vec![2, 3, 1]
+        );
+        let by_host = sorted_with(&[batch(&rows, 0)], Some("host"));
+        assert_eq!(
+            time_values(&by_host).unwrap().values().to_vec(),
+            vec![3, 1, 2]
+        );
+        assert_eq!(
+            as_strings(&by_host, "host"),
+            vec![Some("h0".into()), Some("h0".into()), Some("h3".into())]
         );
     }
 }

@@ -13,6 +13,7 @@ use crate::error::Result;
 use crate::ids::LogIndex;
 use crate::meta::FileMeta;
 use crate::schema::MeasurementSchema;
+use crate::sort_lead::{choose_lead, required_lead, SortDecision};
 
 /// Rows that arrived in one log entry.
 #[derive(Debug, Clone)]
@@ -38,6 +39,9 @@ pub struct Frozen {
     pub rows: usize,
     /// Memory held, in bytes.
     pub bytes: usize,
+    /// The tag its files sort by first (the table's decision when it was frozen, so
+    /// every replica writes the same bytes; see `sort_lead`).
+    pub sort_lead: Option<String>,
 }
 
 /// See the module documentation.
@@ -56,6 +60,8 @@ pub struct TableState {
     pub(crate) frozen_through: LogIndex,
     /// Committed compactions not yet carried out here, in log order.
     pub(crate) pending: Vec<CompactionJob>,
+    /// Which tag the table's files sort by first (replicated: decided by a freeze).
+    pub(crate) sort: SortDecision,
 }
 
 impl TableState {
@@ -87,6 +93,11 @@ impl TableState {
             return false;
         }
         let batches: Vec<RecordBatch> = self.active.drain(..).map(|b| b.batch).collect();
+        if self.sort == SortDecision::Undecided {
+            if let Some(lead) = choose_lead(self.schema.arrow(), &batches) {
+                self.sort = SortDecision::Decided(Some(lead));
+            }
+        }
         let segment = Frozen {
             log_first: LogIndex(self.frozen_through.0 + 1),
             log_last: index,
@@ -94,6 +105,7 @@ impl TableState {
             batches,
             rows: self.active_rows,
             bytes: self.active_bytes,
+            sort_lead: self.sort.lead().map(str::to_string),
         };
         self.frozen.push_back(segment);
         self.frozen_through = index;
@@ -124,8 +136,21 @@ impl TableState {
         }
         self.flushed_through = self.flushed_through.max(meta.log_last);
         self.frozen_through = self.frozen_through.max(self.flushed_through);
+        self.adopt_sort_of(&meta);
         self.files.insert(meta);
         Ok(())
+    }
+
+    /// An undecided table holding a file of more than one series takes that file's
+    /// lead: its decision was made before the file was written (or the file predates
+    /// leads), and later files must merge with it. A snapshot's recorded decision,
+    /// restored after the files, has the last word.
+    fn adopt_sort_of(&mut self, meta: &FileMeta) {
+        if self.sort == SortDecision::Undecided {
+            if let Some(lead) = required_lead(meta) {
+                self.sort = SortDecision::Decided(lead.map(str::to_string));
+            }
+        }
     }
 
     /// A table holding `files` (found at start, in any order): as [`Self::add_file`]
@@ -142,6 +167,7 @@ impl TableState {
                 state.schema = grown;
             }
             state.flushed_through = state.flushed_through.max(meta.log_last);
+            state.adopt_sort_of(meta);
         }
         state.frozen_through = state.flushed_through;
         state.files = crate::file_list::FileList::from_files(files);

@@ -95,6 +95,13 @@ async fn a_cluster_merges_its_files_identically_and_survives_kill_9_in_the_grace
     assert_eq!(table["measurement"], "cpu");
     assert_eq!(table["rows"], 12_000);
     assert!(table["oldest"].as_str().unwrap().starts_with("2023-11-14T"));
+    for node in &nodes {
+        let s = storage(node).await;
+        assert_eq!(
+            s["databases"][0]["measurements"][0]["sort_lead"], "host",
+            "every replica decided the same sort lead"
+        );
+    }
 
     // kill -9 everything while the replaced files are still there. The next start
     // keeps what the newest snapshot lists and replays the log after it (merging again
@@ -125,5 +132,10 @@ async fn a_cluster_merges_its_files_identically_and_survives_kill_9_in_the_grace
         )
         .await;
         assert_eq!(content(node).await, expected, "{}", node.log_tail());
+        let s = storage(node).await;
+        assert_eq!(
+            s["databases"][0]["measurements"][0]["sort_lead"], "host",
+            "the decision survives kill -9"
+        );
     }
 }

@@ -1,5 +1,7 @@
 //! Producing a compaction's output as a stream: every input is already sorted by tags
-//! then time (the order every file declares, flush outputs and merge outputs alike), so
+//! (its sort lead first, see `sort_lead`) then time (the order every file declares,
+//! flush outputs and merge outputs alike; inputs of more than one series agree on the
+//! lead, and a file of one series is sorted under any), so
 //! the output is a k-way merge of the inputs, read a batch at a time and written a
 //! chunk at a time. Memory is bounded by the number of inputs times one read batch
 //! (sized from `compaction.memory_bytes_max`), plus one output chunk and the Parquet
@@ -23,10 +25,9 @@ use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchR
 use super::CompactionJob;
 use crate::error::{Error, Result};
 use crate::meta::{ColumnMeta, FileMeta, FILE_META_VERSION};
-use crate::parquet_encode::{
-    min_max, tag_column_indices, time_values, ParquetSettings, StreamingParquetWriter,
-};
+use crate::parquet_encode::{min_max, time_values, ParquetSettings, StreamingParquetWriter};
 use crate::schema::{canonical_schema, ColumnKind, TIME_COLUMN};
+use crate::sort_lead::{merge_lead, sort_tag_indices};
 use crate::tag_distinct::TagDistinct;
 
 /// Rows an input is read in at most.
@@ -71,8 +72,10 @@ pub fn merge_files(
 ) -> Result<Option<FileMeta>> {
     debug_assert_eq!(inputs.len(), job.request.inputs.len());
     let schema = union_schema(inputs.iter().map(|(_, m)| m))?;
+    let metas: Vec<&FileMeta> = inputs.iter().map(|(_, m)| m).collect();
+    let lead = merge_lead(&metas)?;
     let batch_rows = read_batch_rows(memory_bytes_max, inputs.len(), schema.fields().len());
-    let mut merger = Merger::new(&schema)?;
+    let mut merger = Merger::new(&schema, lead.as_deref())?;
     for (position, (path, meta)) in inputs.iter().enumerate() {
         let input = Input::open(path, meta, &schema, batch_rows, position)?;
         merger.add(input, keep)?;
@@ -84,7 +87,7 @@ pub fn merge_files(
             ColumnKind::from_arrow(f.name(), f.data_type()).map(|k| ColumnMeta::new(f.name(), k))
         })
         .collect();
-    let mut writer = StreamingParquetWriter::new(sink, &schema, settings)?;
+    let mut writer = StreamingParquetWriter::new(sink, &schema, settings, lead.as_deref())?;
     let mut rows = 0u64;
     let (mut time_min, mut time_max) = (i64::MAX, i64::MIN);
     let mut distinct = TagDistinct::new(&schema);
@@ -114,6 +117,7 @@ pub fn merge_files(
         size_bytes: 0,
         compaction: Some(job.mark()),
         tag_distinct: distinct.finish(),
+        sort_lead: lead,
     };
     writer.finish(&meta)?;
     Ok(Some(meta))
@@ -231,10 +235,11 @@ struct Merger {
 }
 
 impl Merger {
-    fn new(schema: &SchemaRef) -> Result<Self> {
-        // Tags in schema order, then time: the declared `sorting_columns`, nulls first
-        // (an input lacking a tag has it null throughout, which keeps it sorted).
-        let mut sort_columns = tag_column_indices(schema);
+    fn new(schema: &SchemaRef, lead: Option<&str>) -> Result<Self> {
+        // Tags (`lead` first, the others in schema order), then time: the declared
+        // `sorting_columns`, nulls first (an input lacking a tag has it null throughout,
+        // which keeps it sorted).
+        let mut sort_columns = sort_tag_indices(schema, lead);
         sort_columns.push(schema.index_of(TIME_COLUMN)?);
         let fields = sort_columns
             .iter()

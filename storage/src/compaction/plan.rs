@@ -6,13 +6,17 @@
 //! per hour: an hour's files merge into one when the hour is closed, or earlier when it
 //! has `hour_files_min` files (late writes, frequent flushes). A merge always takes a
 //! bucket's files as a run in log order with nothing of that bucket left out in the
-//! middle, which is what makes [`super::supersedes`] exact.
+//! middle, which is what makes [`super::supersedes`] exact. Files sorted by different
+//! leads (`sort_lead`; only a table written across an upgrade, or files fetched from a
+//! replica that decided otherwise) cannot be merged: a bucket is then merged as runs
+//! of files that agree, each run still contiguous in log order.
 
 use std::collections::BTreeMap;
 
 use super::{CompactionInput, CompactionRequest, CompactionSettings, DAY_NS};
 use crate::ids::TimestampNs;
 use crate::meta::FileMeta;
+use crate::sort_lead::required_lead;
 use crate::store::TableKey;
 
 /// The memory a merge of `files` holds at least (one smallest read batch per input;
@@ -47,6 +51,32 @@ fn request(table: &TableKey, files: &[&FileMeta], start: i64, width: i64) -> Com
     }
 }
 
+/// `files` cut into runs, in order, whose files can be merged together: every file of
+/// more than one series in a run declares the same sort lead.
+fn mergeable_runs<'a, 'f>(files: &'a [&'f FileMeta]) -> Vec<&'a [&'f FileMeta]> {
+    let mut runs = Vec::new();
+    let mut start = 0;
+    let mut lead: Option<Option<&str>> = None;
+    for (i, file) in files.iter().enumerate() {
+        let Some(required) = required_lead(file) else {
+            continue;
+        };
+        match lead {
+            Some(current) if current != required => {
+                runs.push(&files[start..i]);
+                start = i;
+                lead = Some(required);
+            }
+            Some(_) => {}
+            None => lead = Some(required),
+        }
+    }
+    if start < files.len() {
+        runs.push(&files[start..]);
+    }
+    runs
+}
+
 /// The next merge for a table whose files are `files` (in log order), if one is due.
 pub fn plan_table(
     table: &TableKey,
@@ -65,9 +95,13 @@ pub fn plan_table(
             continue;
         }
         let bytes: u64 = in_day.iter().map(|f| f.size_bytes).sum();
-        if bytes <= settings.day_file_bytes_max && merge_memory(in_day) <= settings.memory_bytes_max
-        {
-            return Some(request(table, in_day, day, DAY_NS));
+        if bytes > settings.day_file_bytes_max {
+            continue;
+        }
+        for run in mergeable_runs(in_day) {
+            if run.len() >= 2 && merge_memory(run) <= settings.memory_bytes_max {
+                return Some(request(table, run, day, DAY_NS));
+            }
         }
     }
     let mut hours: BTreeMap<i64, Vec<&FileMeta>> = BTreeMap::new();
@@ -88,12 +122,14 @@ pub fn plan_table(
         {
             continue;
         }
-        let mut take = 0;
-        while take < in_hour.len() && merge_memory(&in_hour[..=take]) <= settings.memory_bytes_max {
-            take += 1;
-        }
-        if take >= 2 {
-            return Some(request(table, &in_hour[..take], hour, TimestampNs::HOUR_NS));
+        for run in mergeable_runs(in_hour) {
+            let mut take = 0;
+            while take < run.len() && merge_memory(&run[..=take]) <= settings.memory_bytes_max {
+                take += 1;
+            }
+            if take >= 2 {
+                return Some(request(table, &run[..take], hour, TimestampNs::HOUR_NS));
+            }
         }
     }
     None

@@ -30,6 +30,7 @@ fn file(hour: i64, log_first: u64, log_last: u64) -> FileMeta {
         size_bytes: 1_000,
         compaction: None,
         tag_distinct: Vec::new(),
+        sort_lead: None,
     }
 }
 
@@ -157,4 +158,45 @@ fn the_memory_bound_limits_how_many_files_merge() {
         ..s
     };
     assert_eq!(plan_table(&table(), &files, now, &tight), None);
+}
+
+fn with_lead(mut f: FileMeta, lead: Option<&str>, hosts: u32) -> FileMeta {
+    f.sort_lead = lead.map(str::to_string);
+    f.tag_distinct = vec![hosts];
+    f
+}
+
+#[test]
+fn files_sorted_by_different_leads_merge_only_in_runs_that_agree() {
+    let now = TimestampNs(DAY0 + DAY_NS + H);
+    // Name order (written before leads), one series (any order suits it), then files
+    // led by `host`: two runs, each contiguous in log order.
+    let files = vec![
+        with_lead(file(0, 1, 1), None, 5),
+        with_lead(file(1, 2, 2), None, 1),
+        with_lead(file(2, 3, 3), Some("host"), 5),
+        with_lead(file(3, 4, 4), Some("host"), 5),
+    ];
+    let plan = plan_table(&table(), &files, now, &settings()).unwrap();
+    assert_eq!((plan.bucket_start.0, plan.bucket_ns), (DAY0, DAY_NS));
+    let logs: Vec<u64> = plan.inputs.iter().map(|i| i.log_first.0).collect();
+    assert_eq!(logs, [1, 2], "the old-order run, with the one-series file");
+    let merged = with_lead(output(&[&files[0], &files[1]], DAY0, DAY_NS, 9), None, 5);
+    let rest = vec![merged.clone(), files[2].clone(), files[3].clone()];
+    let plan = plan_table(&table(), &rest, now, &settings()).unwrap();
+    let logs: Vec<u64> = plan.inputs.iter().map(|i| i.log_first.0).collect();
+    assert_eq!(logs, [3, 4], "then the host-led run");
+    let lone = vec![
+        merged,
+        with_lead(
+            output(&[&files[2], &files[3]], DAY0, DAY_NS, 10),
+            Some("host"),
+            5,
+        ),
+    ];
+    assert_eq!(
+        plan_table(&table(), &lone, now, &settings()),
+        None,
+        "two runs of one file"
+    );
 }

@@ -36,6 +36,7 @@ fn file_meta(i: u64) -> FileMeta {
         size_bytes: 1_000_000 + i,
         compaction: None,
         tag_distinct: Vec::new(),
+        sort_lead: None,
     }
 }
 
@@ -64,6 +65,7 @@ fn image_of(files: Vec<FileMeta>) -> MemoryImage {
         files,
         policies: Default::default(),
         compactions: Vec::new(),
+        sort_leads: None,
         generation: 0,
     }
 }
@@ -89,6 +91,43 @@ fn replicated_settings_travel_in_the_image() {
     let back = read_image(&mut bytes.as_slice()).unwrap();
     assert_eq!(back.policies, image.policies);
     assert_eq!(back.policies.tokens["t1"].created_index, LogIndex(7));
+}
+
+/// A table's sort lead is replicated state: a node restarting from a snapshot must
+/// write (and merge) its files in the order its peers do.
+#[test]
+fn sort_leads_and_frozen_segments_leads_travel_in_the_image() {
+    let mut with_lead = file_meta(1);
+    with_lead.sort_lead = Some("region".into());
+    let mut image = image_of(vec![with_lead.clone()]);
+    image.sort_leads = Some(vec![
+        (TableKey::new("telemetry", "cpu"), Some("region".into())),
+        (TableKey::new("telemetry", "mem"), None),
+    ]);
+    image.tables[0].frozen.push(Frozen {
+        log_first: LogIndex(1),
+        log_last: LogIndex(2),
+        schema: live_batch().schema(),
+        batches: vec![live_batch()],
+        rows: 2,
+        bytes: 16,
+        sort_lead: Some("region".into()),
+    });
+    let mut bytes = Vec::new();
+    write_image(&image, &mut bytes).unwrap();
+    let back = read_image(&mut bytes.as_slice()).unwrap();
+    assert_eq!(back.sort_leads, image.sort_leads);
+    assert_eq!(back.files, vec![with_lead]);
+    assert_eq!(
+        back.tables[0].frozen[0].sort_lead.as_deref(),
+        Some("region")
+    );
+    // An image written before leads says so: its tables keep name order.
+    let mut old = image_of(Vec::new());
+    old.sort_leads = None;
+    let mut bytes = Vec::new();
+    write_image(&old, &mut bytes).unwrap();
+    assert_eq!(read_image(&mut bytes.as_slice()).unwrap().sort_leads, None);
 }
 
 /// Version 1 put the whole manifest in one frame header, which the reader refused past

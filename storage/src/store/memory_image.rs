@@ -9,6 +9,7 @@ use crate::error::Result;
 use crate::ids::LogIndex;
 use crate::meta::FileMeta;
 use crate::policies::Policies;
+use crate::sort_lead::SortDecision;
 use crate::table_state::{Buffered, Frozen};
 
 impl Storage {
@@ -23,10 +24,14 @@ impl Storage {
         let mut out = Vec::new();
         let mut files = Vec::new();
         let mut compactions = Vec::new();
+        let mut sort_leads = Vec::new();
         for (key, table) in tables.iter() {
             let state = table.state.read();
             files.extend(state.files.iter().cloned());
             compactions.extend(state.pending.iter().cloned());
+            if let SortDecision::Decided(lead) = &state.sort {
+                sort_leads.push((key.clone(), lead.clone()));
+            }
             if state.frozen.is_empty() && state.active.is_empty() {
                 continue;
             }
@@ -41,6 +46,7 @@ impl Storage {
             files,
             policies: self.policies.read().clone(),
             compactions,
+            sort_leads: Some(sort_leads),
             generation,
         }
     }
@@ -122,6 +128,11 @@ impl Storage {
     pub fn restore_memory(&self, image: MemoryImage) -> Result<()> {
         let now = Instant::now();
         *self.policies.write() = image.policies;
+        // Decisions first: replayed flushes after the image decide only undecided tables.
+        let legacy = image.sort_leads.is_none();
+        for (key, lead) in image.sort_leads.into_iter().flatten() {
+            self.table(&key).state.write().sort = SortDecision::Decided(lead);
+        }
         let mut frozen_any = false;
         for TableImage {
             key,
@@ -131,6 +142,10 @@ impl Storage {
         {
             let table = self.table(&key);
             let mut state = table.state.write();
+            if legacy && !frozen.is_empty() && state.sort == SortDecision::Undecided {
+                // Frozen by a build without leads: written, and merged, in name order.
+                state.sort = SortDecision::Decided(None);
+            }
             for segment in frozen {
                 if segment.log_last <= state.frozen_through {
                     continue;
@@ -195,6 +210,9 @@ pub struct MemoryImage {
     pub policies: Policies,
     /// Compactions committed but not yet carried out, in log order per table.
     pub compactions: Vec<CompactionJob>,
+    /// Every decided table's sort lead (`None` for an image written before leads:
+    /// its tables holding rows keep name order).
+    pub sort_leads: Option<Vec<(TableKey, Option<String>)>>,
     /// The file-removal generation the image was captured at (this node's own count,
     /// not written into snapshots); see [`Storage::snapshot_durable`].
     pub generation: u64,

@@ -150,6 +150,9 @@ pub struct TableSummary {
     pub memory_rows: u64,
     /// Compactions committed but not yet carried out here.
     pub compactions_pending: usize,
+    /// The tag new files sort by first (`None`: tags in name order, undecided or
+    /// decided so); see `sort_lead`.
+    pub sort_lead: Option<String>,
 }
 
 /// Where whole files read from a bucket are cached, inside the storage directory.
@@ -402,6 +405,7 @@ impl Storage {
                     time_max,
                     memory_rows: rows - file_rows,
                     compactions_pending: state.pending.len(),
+                    sort_lead: state.sort.lead().map(str::to_string),
                 }
             })
             .collect()

@@ -192,6 +192,7 @@ impl Storage {
                 batches: &segment_owned.batches,
                 log_first: segment_owned.log_first,
                 log_last: segment_owned.log_last,
+                sort_lead: segment_owned.sort_lead.as_deref(),
             };
             encode_segment(&source, &settings)
         })

@@ -1,7 +1,8 @@
 //! The streaming merge: inputs larger than one read batch, with different tag sets,
 //! merged under the smallest memory bound the policy allows and under a large one,
 //! give the same bytes, hold every row once, and are sorted as every file declares
-//! (tags in schema order with nulls first, then time).
+//! (the table's sort lead `host`, then the other tags by name with nulls first, then
+//! time).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -115,9 +116,14 @@ async fn a_streamed_merge_is_sorted_complete_and_the_same_under_any_memory_bound
         "the union of the inputs' columns"
     );
 
-    // Read back in file order: (dc, host, time) never decreases, dc null first.
+    // Read back in file order: (host, dc, time) never decreases, dc null first.
+    assert_eq!(
+        meta.sort_lead.as_deref(),
+        Some("host"),
+        "50 hosts, one dc at most"
+    );
     let file = std::fs::File::open(small.path().join("parquet").join(&meta.path)).unwrap();
-    let mut keys: Vec<(Option<String>, String, i64)> = Vec::new();
+    let mut keys: Vec<(String, Option<String>, i64)> = Vec::new();
     let mut values: Vec<u64> = Vec::new();
     for b in ParquetRecordBatchReaderBuilder::try_new(file)
         .unwrap()
@@ -137,15 +143,15 @@ async fn a_streamed_merge_is_sorted_complete_and_the_same_under_any_memory_bound
             .as_primitive::<arrow::datatypes::Float64Type>();
         for i in 0..b.num_rows() {
             let dc = (!dc.is_null(i)).then(|| dc.value(i).to_string());
-            keys.push((dc, host.value(i).to_string(), time.value(i)));
+            keys.push((host.value(i).to_string(), dc, time.value(i)));
             values.push(v.value(i) as u64);
         }
     }
     assert!(
         keys.windows(2).all(|w| w[0] <= w[1]),
-        "rows sorted by tags (nulls first) then time"
+        "rows sorted by host, then dc (nulls first), then time"
     );
-    assert!(keys[0].0.is_none() && keys.last().unwrap().0.is_some());
+    assert!(keys[0].1.is_none() && keys.last().unwrap().1.is_some());
     assert_eq!(
         keys.iter().map(|k| k.2).min().unwrap(),
         meta.time_min.0,

@@ -271,6 +271,7 @@ fn many_files(dir: &Path, n: u64, size: u64) -> Vec<quiver_storage::FileMeta> {
                 size_bytes: size,
                 compaction: None,
                 tag_distinct: Vec::new(),
+                sort_lead: None,
             }
         })
         .collect()

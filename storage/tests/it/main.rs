@@ -13,4 +13,5 @@ mod line_protocol_props;
 mod msgpack_props;
 mod parquet_layout;
 mod prom_props;
+mod sort_lead;
 mod storage_cycle;
