@@ -26,6 +26,7 @@ mod engine;
 mod error;
 mod join_guard;
 mod memory;
+mod page_index_cache;
 mod pg_functions;
 mod pg_parse_ident;
 mod produce;

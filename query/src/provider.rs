@@ -27,6 +27,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use crate::page_index_cache::PageIndexedReaderFactory;
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use datafusion::catalog::{Session, TableProvider};
@@ -288,11 +289,11 @@ impl MeasurementTable {
         let runtime = state.runtime_env();
         let store = runtime.object_store(&store_url)?;
         // Footers and page indexes are cached across queries (files never change once
-        // written), so a repeated query does not re-read them.
-        let reader_factory = CachedParquetFileReaderFactory::new(
+        // written), so a repeated query does not re-read them (see `page_index_cache`).
+        let reader_factory = PageIndexedReaderFactory(CachedParquetFileReaderFactory::new(
             store,
             runtime.cache_manager.get_file_metadata_cache(),
-        );
+        ));
         let options = TableParquetOptions {
             global: state.config_options().execution.parquet.clone(),
             ..TableParquetOptions::default()

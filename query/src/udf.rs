@@ -30,9 +30,26 @@ pub(crate) fn time_bucket() -> Arc<ScalarUDF> {
     }))
 }
 
-#[derive(Debug, PartialEq, Eq, Hash)]
+#[derive(Debug)]
 struct TimeBucket {
     date_bin: DateBinFunc,
+}
+
+// Every `TimeBucket` is the same function. The derived `Hash` hashed `date_bin`'s
+// signature (dozens of type combinations) each time the planner hashed an expression
+// using it: 2.6 % of a node's CPU in a `perf` profile of TSBS `single-groupby-1-1-1`.
+impl PartialEq for TimeBucket {
+    fn eq(&self, _other: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for TimeBucket {}
+
+impl std::hash::Hash for TimeBucket {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        "time_bucket".hash(state);
+    }
 }
 
 impl ScalarUDFImpl for TimeBucket {
@@ -174,6 +191,16 @@ mod tests {
     use arrow::datatypes::IntervalMonthDayNano;
     use datafusion::config::ConfigOptions;
     use proptest::prelude::*;
+
+    #[test]
+    fn every_time_bucket_is_the_same_function_to_the_planner() {
+        use std::hash::{BuildHasher, RandomState};
+        let (a, b) = (time_bucket(), time_bucket());
+        assert_eq!(a, b, "common subexpressions of two calls are found");
+        let hasher = RandomState::new();
+        assert_eq!(hasher.hash_one(&a), hasher.hash_one(&b));
+        assert_ne!(a.as_ref(), &ScalarUDF::from(DateBinFunc::new()));
+    }
 
     /// DataFusion's `date_bin` on the same arguments.
     fn date_bin(args: Vec<ColumnarValue>) -> ArrayRef {
