@@ -24,7 +24,7 @@ use datafusion::catalog::{CatalogProviderList, MemoryCatalogProviderList};
 use datafusion::common::ScalarValue;
 use datafusion::execution::config::SessionConfig;
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
-use datafusion::execution::memory_pool::MemoryPool;
+use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool};
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::object_store::{DefaultObjectStoreRegistry, ObjectStoreRegistry};
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
@@ -41,7 +41,7 @@ use crate::config::{QueryConfig, RESULT_CHUNKS_AHEAD_MAX};
 use crate::encode::BatchEncoder;
 use crate::error::Error;
 use crate::memory::{NodeMemory, QueryMemoryPool};
-use crate::produce::{self, Batches, Described, Encoded, Sink};
+use crate::produce::{self, Batches, Described, Encoded, QuerySession, Sink};
 use crate::runtime::QueryRuntime;
 use crate::stream::{EncodedStream, QueryStream, ResultStream};
 use crate::udf;
@@ -88,8 +88,14 @@ pub struct QueryEngine {
 struct Shared {
     source: Arc<dyn TableSource>,
     config: QueryConfig,
-    /// Catalog and functions; each query's session starts as a copy of it.
-    base_state: SessionState,
+    /// The catalog, the functions and every query's settings (all but the default
+    /// database): an unrestricted query's session is a clone of it, which costs a
+    /// fraction of `SessionStateBuilder::build` (5 % of a small query's CPU). Its
+    /// runtime's memory pool holds nothing (`GreedyMemoryPool` of 0 bytes): a query
+    /// executes with its own runtime ([`QueryEngine::runtime_env`], through its
+    /// `TaskContext`), so anything reserving memory through this state fails loudly
+    /// instead of escaping the query's limits.
+    query_state: SessionState,
     /// Holds the caches (Parquet footers and page indexes) every query shares.
     base_runtime: Arc<RuntimeEnv>,
     admission: Admission,
@@ -135,13 +141,24 @@ impl QueryEngine {
         functions.push(udf::time_bucket());
         functions.extend(crate::pg_functions::functions());
         functions.push(crate::pg_parse_ident::function());
+        let base_state = builder.build();
+        let base_runtime = RuntimeEnvBuilder::new()
+            .with_metadata_cache_limit(config.footer_cache_bytes_max)
+            .build_arc()?;
+        let planning_runtime = runtime_env_for(
+            &base_runtime,
+            &source,
+            Arc::new(GreedyMemoryPool::new(0)) as Arc<dyn MemoryPool>,
+        )?;
+        let query_state = SessionStateBuilder::new_from_existing(base_state.clone())
+            .with_config(session_config(&config, "default"))
+            .with_runtime_env(planning_runtime)
+            .build();
         Ok(QueryEngine {
             inner: Arc::new(Shared {
                 source,
-                base_state: builder.build(),
-                base_runtime: RuntimeEnvBuilder::new()
-                    .with_metadata_cache_limit(config.footer_cache_bytes_max)
-                    .build_arc()?,
+                query_state,
+                base_runtime,
                 admission: Admission::new(config.concurrency_max, config.queue_max),
                 node_memory: Arc::new(NodeMemory::new(config.node_memory_bytes_max)),
                 runtime: QueryRuntime::new(config.threads, config.thread_nice)?,
@@ -203,11 +220,8 @@ impl QueryEngine {
         let timeout_ms = self.inner.config.timeout_ms;
         let deadline = Instant::now() + Duration::from_millis(timeout_ms);
         let _slot = self.inner.admission.admit(deadline, timeout_ms).await?;
-        let pool = Arc::new(QueryMemoryPool::new(
-            self.inner.config.memory_bytes_max,
-            Arc::clone(&self.inner.node_memory),
-        ));
-        let state = self.session(None, database, access, &pool)?;
+        // Planning only: nothing executes, so no memory pool of its own.
+        let state = self.session(None, database, access)?;
         let task =
             self.inner
                 .runtime
@@ -306,11 +320,12 @@ impl QueryEngine {
             self.inner.config.memory_bytes_max,
             Arc::clone(&self.inner.node_memory),
         ));
-        let state = self.session(source, database, access, &pool)?;
+        let state = self.session(source, database, access)?;
+        let runtime = self.runtime_env(&pool)?;
         let sink = sink(&pool);
         let (tx, rx) = mpsc::channel(RESULT_CHUNKS_AHEAD_MAX);
         let task = self.inner.runtime.handle().spawn(produce::run(
-            state,
+            QuerySession { state, runtime },
             sql.to_string(),
             params,
             self.inner.config.join_pairs_max,
@@ -321,61 +336,83 @@ impl QueryEngine {
         ResultStream::start(rx, task, slot, deadline, timeout_ms, pool).await
     }
 
-    /// A fresh session for one query against `database`.
+    /// A fresh session for one query against `database`. It plans only: the query
+    /// executes with [`Self::runtime_env`] (its memory pool) through its `TaskContext`.
     fn session(
         &self,
         source: Option<Arc<dyn TableSource>>,
         database: &str,
         access: &QueryAccess,
-        pool: &Arc<QueryMemoryPool>,
     ) -> Result<SessionState, Error> {
-        let config = &self.inner.config;
-        let mut session_config = SessionConfig::new()
-            .with_target_partitions(config.target_partitions)
-            .with_batch_size(config.batch_size)
-            .with_information_schema(true)
-            .with_default_catalog_and_schema(CATALOG_NAME, database)
-            .with_create_default_catalog_and_schema(false);
-        let parquet = &mut session_config.options_mut().execution.parquet;
-        // Filter rows while decoding (late materialisation), cheapest predicates first.
-        parquet.pushdown_filters = true;
-        parquet.reorder_filters = true;
-        parquet.enable_page_index = true;
-        // Tables declare tags as `Utf8View` themselves (see `provider`); string fields
-        // stay `Utf8`, as declared, rather than being coerced to views behind our back.
-        parquet.schema_force_view_types = false;
-        let mut builder = SessionStateBuilder::new_from_existing(self.inner.base_state.clone())
-            .with_config(session_config)
-            .with_runtime_env(self.runtime_env(pool)?);
-        if access.is_restricted() || source.is_some() {
-            let source = source.unwrap_or_else(|| Arc::clone(&self.inner.source));
-            let catalogs = MemoryCatalogProviderList::new();
-            catalogs.register_catalog(
-                CATALOG_NAME.to_string(),
-                Arc::new(QuiverCatalog::new(source, access.clone())),
-            );
-            builder = builder.with_catalog_list(Arc::new(catalogs) as Arc<dyn CatalogProviderList>);
+        if !access.is_restricted() && source.is_none() {
+            let mut state = self.inner.query_state.clone();
+            state.config_mut().options_mut().catalog.default_schema = database.to_string();
+            return Ok(state);
         }
-        Ok(builder.build())
+        let source = source.unwrap_or_else(|| Arc::clone(&self.inner.source));
+        let catalogs = MemoryCatalogProviderList::new();
+        catalogs.register_catalog(
+            CATALOG_NAME.to_string(),
+            Arc::new(QuiverCatalog::new(source, access.clone())),
+        );
+        Ok(
+            SessionStateBuilder::new_from_existing(self.inner.query_state.clone())
+                .with_config(session_config(&self.inner.config, database))
+                .with_catalog_list(Arc::new(catalogs) as Arc<dyn CatalogProviderList>)
+                .build(),
+        )
     }
 
     /// Per-query runtime environment: its memory pool, no spilling, and an object store
     /// registry holding only the storage store (no `file://`).
     fn runtime_env(&self, pool: &Arc<QueryMemoryPool>) -> Result<Arc<RuntimeEnv>, Error> {
-        let storage_url = ObjectStoreUrl::parse(STORAGE_URL)?;
-        let registry = DefaultObjectStoreRegistry::new();
-        // Present by default; nothing in a query may read the local filesystem directly.
-        let _local = registry.deregister_store(ObjectStoreUrl::local_filesystem().as_ref());
-        registry.register_store(storage_url.as_ref(), self.inner.source.object_store());
-        let runtime = RuntimeEnvBuilder::from_runtime_env(&self.inner.base_runtime)
-            .with_object_store_registry(Arc::new(registry) as Arc<dyn ObjectStoreRegistry>)
-            .with_disk_manager_builder(
-                DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
-            )
-            .with_memory_pool(Arc::clone(pool) as Arc<dyn MemoryPool>)
-            .build_arc()?;
-        Ok(runtime)
+        runtime_env_for(
+            &self.inner.base_runtime,
+            &self.inner.source,
+            Arc::clone(pool) as Arc<dyn MemoryPool>,
+        )
     }
+}
+
+/// Every query's settings, with `database` as the default schema.
+fn session_config(config: &QueryConfig, database: &str) -> SessionConfig {
+    let mut session_config = SessionConfig::new()
+        .with_target_partitions(config.target_partitions)
+        .with_batch_size(config.batch_size)
+        .with_information_schema(true)
+        .with_default_catalog_and_schema(CATALOG_NAME, database)
+        .with_create_default_catalog_and_schema(false);
+    let parquet = &mut session_config.options_mut().execution.parquet;
+    // Filter rows while decoding (late materialisation), cheapest predicates first.
+    parquet.pushdown_filters = true;
+    parquet.reorder_filters = true;
+    parquet.enable_page_index = true;
+    // Tables declare tags as `Utf8View` themselves (see `provider`); string fields
+    // stay `Utf8`, as declared, rather than being coerced to views behind our back.
+    parquet.schema_force_view_types = false;
+    session_config
+}
+
+/// A runtime sharing `base`'s caches, with `pool`, no spilling, and an object store
+/// registry holding only the storage store (no `file://`).
+fn runtime_env_for(
+    base: &Arc<RuntimeEnv>,
+    source: &Arc<dyn TableSource>,
+    pool: Arc<dyn MemoryPool>,
+) -> Result<Arc<RuntimeEnv>, Error> {
+    let storage_url = ObjectStoreUrl::parse(STORAGE_URL)?;
+    let registry = DefaultObjectStoreRegistry::new();
+    // Present by default; nothing in a query may read the local filesystem directly.
+    let _local = registry.deregister_store(ObjectStoreUrl::local_filesystem().as_ref());
+    registry.register_store(storage_url.as_ref(), source.object_store());
+    let runtime = RuntimeEnvBuilder::from_runtime_env(base)
+        .with_object_store_registry(Arc::new(registry) as Arc<dyn ObjectStoreRegistry>)
+        .with_disk_manager_builder(
+            DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
+        )
+        .with_memory_pool(pool)
+        .build_arc()?;
+    Ok(runtime)
 }
 
 /// DataFusion's physical optimizer rules, with Quiver's join build-side rule right after

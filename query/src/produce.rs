@@ -13,7 +13,9 @@ use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
 use datafusion::common::{ParamValues, ScalarValue};
 use datafusion::execution::memory_pool::MemoryReservation;
+use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::session_state::SessionState;
+use datafusion::execution::TaskContext;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::execute_stream;
 use futures::StreamExt;
@@ -119,10 +121,19 @@ impl Sink for Encoded {
     }
 }
 
+/// What a query plans with, and the runtime it executes in: the runtime carries the
+/// query's memory pool, the session (shared settings, cloned) only plans.
+pub(crate) struct QuerySession {
+    /// Catalog, functions and settings, the default database set.
+    pub(crate) state: SessionState,
+    /// The query's own runtime (memory pool, object store, caches).
+    pub(crate) runtime: Arc<RuntimeEnv>,
+}
+
 /// Plans and runs `sql` in `state`, sending results to `tx` until done, failed, or the
 /// consumer is gone (then it stops at the next batch; the consumer also aborts it).
 pub(crate) async fn run<S: Sink>(
-    state: SessionState,
+    session: QuerySession,
     sql: String,
     params: Option<Vec<ScalarValue>>,
     join_pairs_max: u64,
@@ -131,7 +142,7 @@ pub(crate) async fn run<S: Sink>(
     tx: mpsc::Sender<Message<S::Item>>,
 ) {
     let started = std::time::Instant::now();
-    let outcome = produce(state, &sql, params, join_pairs_max, &mut sink, &tx).await;
+    let outcome = produce(session, &sql, params, join_pairs_max, &mut sink, &tx).await;
     let message = match outcome {
         Ok(rows) => {
             tracing::debug!(
@@ -149,7 +160,7 @@ pub(crate) async fn run<S: Sink>(
 
 /// The rows sent, or why it stopped. A consumer that went away ends it with `Ok`.
 async fn produce<S: Sink>(
-    mut state: SessionState,
+    QuerySession { mut state, runtime }: QuerySession,
     sql: &str,
     params: Option<Vec<ScalarValue>>,
     join_pairs_max: u64,
@@ -165,7 +176,9 @@ async fn produce<S: Sink>(
     if tx.send(Message::Ready(schema)).await.is_err() {
         return Ok(0);
     }
-    let mut batches = execute_stream(plan, state.task_ctx())?;
+    // The query's own runtime: its memory pool and limits (the session only plans).
+    let context = Arc::new(TaskContext::from(&state).with_runtime(runtime));
+    let mut batches = execute_stream(plan, context)?;
     let mut rows = 0;
     while let Some(batch) = batches.next().await {
         let mut batch = batch?;
