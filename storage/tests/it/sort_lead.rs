@@ -250,3 +250,41 @@ async fn a_decision_whose_segment_is_not_yet_written_travels_in_the_image() {
         assert!(is_sorted_by_host_dc_time(&rows));
     }
 }
+
+#[tokio::test]
+async fn a_table_restored_from_an_image_older_than_leads_keeps_name_order() {
+    let (one, two) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let s = Storage::open_with(config(one.path()), FileSet::Nothing)
+        .await
+        .unwrap();
+    s.apply_write(LogIndex(1), "db", &[("cpu".into(), batch(&fleet(T0)))])
+        .unwrap();
+    s.apply_flush(LogIndex(2), &[key()]);
+    // As an older build wrote it: no decisions, frozen segments without a lead.
+    let mut image = s.memory_image();
+    image.sort_leads = None;
+    for table in &mut image.tables {
+        for segment in &mut table.frozen {
+            segment.sort_lead = None;
+        }
+    }
+    let mut bytes = Vec::new();
+    write_image(&image, &mut bytes).unwrap();
+    let restored = Storage::open_with(config(two.path()), FileSet::Nothing)
+        .await
+        .unwrap();
+    restored
+        .restore_memory(read_image(&mut bytes.as_slice()).unwrap())
+        .unwrap();
+    // Six hosts again: a new table would let `host` lead; this one stays in name order,
+    // so its files keep merging with the ones the older build wrote.
+    segment(&restored, 3, &fleet(T0 + 10)).await;
+    assert!(restored.persist_next().await.unwrap());
+    let files = restored.files();
+    assert_eq!(files.len(), 2);
+    for f in &files {
+        assert_eq!(f.sort_lead, None, "{}", f.path);
+        let (_, declared) = file_rows(two.path(), f);
+        assert_eq!(declared, ["dc", "host", "time"]);
+    }
+}
