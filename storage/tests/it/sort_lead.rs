@@ -70,6 +70,14 @@ async fn segment(s: &Storage, index: u64, rows: &[(&str, &str, i64)]) {
     assert!(s.persist_next().await.unwrap());
 }
 
+/// The file of the segment that starts at log index `log_first`.
+fn file_from(s: &Storage, log_first: u64) -> FileMeta {
+    s.files()
+        .into_iter()
+        .find(|f| f.log_first == LogIndex(log_first))
+        .unwrap()
+}
+
 /// A file's rows as (dc, host, time), in file order, and its declared sort columns.
 fn file_rows(dir: &Path, meta: &FileMeta) -> (Vec<(String, String, i64)>, Vec<String>) {
     let file = std::fs::File::open(dir.join("parquet").join(&meta.path)).unwrap();
@@ -131,11 +139,7 @@ async fn the_tag_with_most_values_leads_and_stays_the_lead_across_restarts_and_m
     assert_eq!(first.sort_lead, None);
     // Six hosts, two data centres: `host` leads from now on.
     segment(&s, 3, &fleet(T0 + 10)).await;
-    let second = s
-        .files()
-        .into_iter()
-        .find(|f| f.log_first == LogIndex(3))
-        .unwrap();
+    let second = file_from(&s, 3);
     assert_eq!(second.sort_lead.as_deref(), Some("host"));
     let (rows, declared) = file_rows(dir.path(), &second);
     assert_eq!(declared, ["host", "dc", "time"]);
@@ -165,11 +169,7 @@ async fn the_tag_with_most_values_leads_and_stays_the_lead_across_restarts_and_m
         ("dc-e", "h1", T0 + 22),
     ];
     segment(&s, 5, &dcs).await;
-    let third = s
-        .files()
-        .into_iter()
-        .find(|f| f.log_first == LogIndex(5))
-        .unwrap();
+    let third = file_from(&s, 5);
     assert_eq!(
         third.sort_lead.as_deref(),
         Some("host"),
@@ -180,11 +180,7 @@ async fn the_tag_with_most_values_leads_and_stays_the_lead_across_restarts_and_m
     drop(s);
     let s = Storage::open(config(dir.path())).await.unwrap();
     segment(&s, 7, &[("dc-x", "h0", T0 + 30), ("dc-y", "h0", T0 + 31)]).await;
-    let fourth = s
-        .files()
-        .into_iter()
-        .find(|f| f.log_first == LogIndex(7))
-        .unwrap();
+    let fourth = file_from(&s, 7);
     assert_eq!(
         fourth.sort_lead.as_deref(),
         Some("host"),
