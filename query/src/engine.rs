@@ -417,7 +417,8 @@ fn runtime_env_for(
 
 /// DataFusion's physical optimizer rules, with Quiver's join build-side rule right after
 /// `JoinSelection` (it must run before filters are pushed into joins; see
-/// [`crate::build_side`]).
+/// [`crate::build_side`]) and the removal of repeated rows before a `DISTINCT` last
+/// ([`crate::collapse_runs`]).
 fn physical_rules() -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
     let mut rules = PhysicalOptimizer::new().rules;
     let after = rules
@@ -426,5 +427,6 @@ fn physical_rules() -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
         .map_or(0, |i| i + 1);
     debug_assert!(after > 0, "DataFusion has no join_selection rule any more");
     rules.insert(after, Arc::new(crate::build_side::BuildOnAggregate));
+    rules.push(Arc::new(crate::collapse_runs::CollapseRunsBeforeDistinct));
     rules
 }

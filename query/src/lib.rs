@@ -18,6 +18,7 @@ mod avg;
 mod build_side;
 mod catalog;
 mod client_types;
+mod collapse_runs;
 mod config;
 mod delete_where;
 mod distinct_estimate;

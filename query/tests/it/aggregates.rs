@@ -231,3 +231,63 @@ async fn tags_leave_the_engine_as_plain_strings_even_nested() {
     }
     assert_eq!(got, expected);
 }
+
+/// `DISTINCT` over tags reads them in runs (files are sorted by tags); the repeated rows
+/// are dropped before the grouping (`CollapseRunsExec`), and no value may go with them.
+#[tokio::test]
+async fn distinct_tags_drop_repeated_rows_but_no_value() {
+    use std::collections::BTreeSet;
+
+    let fixture = Fixture::new();
+    let engine = fixture.engine();
+    let hosts: BTreeSet<&str> = fixture.cpu.iter().map(|r| r.host.as_str()).collect();
+
+    let sql = "SELECT count(DISTINCT host) FROM cpu";
+    let plan = explain(&engine, "db1", sql).await;
+    assert!(plan.contains("CollapseRunsExec: columns=[host]"), "{plan}");
+    assert_eq!(
+        one_i64(&query(&engine, "db1", sql).await),
+        hosts.len() as i64
+    );
+
+    let sql = "SELECT DISTINCT host, region FROM cpu ORDER BY host, region";
+    assert!(explain(&engine, "db1", sql)
+        .await
+        .contains("CollapseRunsExec"));
+    let output = query(&engine, "db1", sql).await;
+    let pairs: BTreeSet<(String, String)> = fixture
+        .cpu
+        .iter()
+        .map(|r| (r.host.clone(), r.region.clone()))
+        .collect();
+    let got: Vec<(String, String)> = strings(&output, 0)
+        .into_iter()
+        .zip(strings(&output, 1))
+        .map(|(h, r)| (h.expect("host"), r.expect("region")))
+        .collect();
+    assert_eq!(got, pairs.into_iter().collect::<Vec<_>>());
+
+    // One distinct count per group: the grouping underneath is (region, host).
+    let sql = "SELECT region, count(DISTINCT host) FROM cpu GROUP BY region ORDER BY region";
+    let output = query(&engine, "db1", sql).await;
+    let mut expected: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for r in &fixture.cpu {
+        expected
+            .entry(r.region.clone())
+            .or_default()
+            .insert(r.host.clone());
+    }
+    let regions: Vec<Option<String>> = expected.keys().cloned().map(Some).collect();
+    let counts: Vec<Option<i64>> = expected.values().map(|h| Some(h.len() as i64)).collect();
+    assert_eq!(strings(&output, 0), regions);
+    assert_eq!(i64s(&output, 1), counts);
+
+    // An aggregate that depends on every row keeps every row.
+    let plan = explain(
+        &engine,
+        "db1",
+        "SELECT host, count(*) FROM cpu GROUP BY host",
+    )
+    .await;
+    assert!(!plan.contains("CollapseRunsExec"), "{plan}");
+}
