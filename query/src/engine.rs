@@ -417,8 +417,9 @@ fn runtime_env_for(
 
 /// DataFusion's physical optimizer rules, with Quiver's join build-side rule right after
 /// `JoinSelection` (it must run before filters are pushed into joins; see
-/// [`crate::build_side`]) and the removal of repeated rows before a `DISTINCT` last
-/// ([`crate::collapse_runs`]).
+/// [`crate::build_side`]), and last the removal of repeated rows before a `DISTINCT`
+/// ([`crate::collapse_runs`]) and partial aggregation run by run
+/// ([`crate::run_aggregate`]).
 fn physical_rules() -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
     let mut rules = PhysicalOptimizer::new().rules;
     let after = rules
@@ -428,5 +429,6 @@ fn physical_rules() -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
     debug_assert!(after > 0, "DataFusion has no join_selection rule any more");
     rules.insert(after, Arc::new(crate::build_side::BuildOnAggregate));
     rules.push(Arc::new(crate::collapse_runs::CollapseRunsBeforeDistinct));
+    rules.push(Arc::new(crate::run_aggregate::PartialAggregateOverRuns));
     rules
 }

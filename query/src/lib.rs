@@ -34,6 +34,7 @@ mod produce;
 mod provider;
 mod prune;
 mod references;
+mod run_aggregate;
 mod runtime;
 mod sandbox;
 mod stream;
