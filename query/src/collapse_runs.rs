@@ -17,7 +17,7 @@
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use arrow::array::{Array, BooleanArray};
+use arrow::array::{Array, ArrayRef, BooleanArray};
 use arrow::compute::filter_record_batch;
 use arrow::compute::kernels::boolean::or;
 use arrow::compute::kernels::cmp::distinct;
@@ -287,22 +287,13 @@ impl CollapseRunsStream {
 /// nulls, as `GROUP BY` has them); the first row is always kept.
 pub(crate) fn without_repeats(batch: &RecordBatch, columns: &[usize]) -> Result<RecordBatch> {
     let rows = batch.num_rows();
-    if rows < 2 || columns.is_empty() {
-        return Ok(batch.clone());
-    }
-    let mut changed: Option<BooleanArray> = None;
-    for &index in columns {
-        let column = batch.column(index);
-        let differs = distinct(&column.slice(1, rows - 1), &column.slice(0, rows - 1))?;
-        changed = Some(match changed {
-            Some(so_far) => or(&so_far, &differs)?,
-            None => differs,
-        });
-    }
-    let Some(changed) = changed else {
+    let keys: Vec<ArrayRef> = columns
+        .iter()
+        .map(|c| Arc::clone(batch.column(*c)))
+        .collect();
+    let Some(changed) = key_changes(&keys)? else {
         return Ok(batch.clone());
     };
-    debug_assert_eq!(changed.null_count(), 0, "IS DISTINCT FROM is never null");
     if changed.true_count() == rows - 1 {
         return Ok(batch.clone());
     }
@@ -311,6 +302,27 @@ pub(crate) fn without_repeats(batch: &RecordBatch, columns: &[usize]) -> Result<
     keep.append_buffer(changed.values());
     let keep = BooleanArray::new(keep.finish(), None);
     Ok(filter_record_batch(batch, &keep)?)
+}
+
+/// For each row after the first, whether any of `keys` (columns of one length) differs
+/// from the row before it, nulls equal to nulls as `GROUP BY` has them; `None` for
+/// fewer than two rows or no keys.
+pub(crate) fn key_changes(keys: &[ArrayRef]) -> Result<Option<BooleanArray>> {
+    let rows = keys.first().map_or(0, |k| k.len());
+    if rows < 2 {
+        return Ok(None);
+    }
+    let mut changed: Option<BooleanArray> = None;
+    for key in keys {
+        debug_assert_eq!(key.len(), rows);
+        let differs = distinct(&key.slice(1, rows - 1), &key.slice(0, rows - 1))?;
+        changed = Some(match changed {
+            Some(so_far) => or(&so_far, &differs)?,
+            None => differs,
+        });
+    }
+    debug_assert!(changed.as_ref().is_none_or(|c| c.null_count() == 0));
+    Ok(changed)
 }
 
 impl Stream for CollapseRunsStream {

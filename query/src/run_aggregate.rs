@@ -27,9 +27,7 @@
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, UInt32Array};
-use arrow::compute::kernels::boolean::or;
-use arrow::compute::kernels::cmp::distinct;
+use arrow::array::{ArrayRef, RecordBatch, UInt32Array};
 use arrow::compute::take;
 use arrow::datatypes::SchemaRef;
 use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode, TreeNodeRecursion};
@@ -51,6 +49,8 @@ use datafusion::physical_plan::{
     SendableRecordBatchStream,
 };
 use futures::{Stream, StreamExt};
+
+use crate::collapse_runs::key_changes;
 
 /// Input rows a stream aggregates run by run before judging its runs.
 pub(crate) const PROBE_ROWS: usize = 64 * 1024;
@@ -279,30 +279,21 @@ fn runs_of(keys: &[ArrayRef]) -> Result<Runs> {
         });
     }
     starts.push(0);
-    if rows > 1 {
-        let mut changed: Option<BooleanArray> = None;
-        for key in keys {
-            let differs = distinct(&key.slice(1, rows - 1), &key.slice(0, rows - 1))?;
-            changed = Some(match changed {
-                Some(so_far) => or(&so_far, &differs)?,
-                None => differs,
-            });
-        }
-        if let Some(changed) = changed {
-            debug_assert_eq!(changed.null_count(), 0, "IS DISTINCT FROM is never null");
-            let mut run = 0;
-            let mut from = 0;
-            for before in changed.values().set_indices() {
-                let start = before + 1;
-                row_run[from..start].fill(run);
-                run += 1;
-                from = start;
-                starts.push(u32::try_from(start).map_err(|_| {
+    if let Some(changed) = key_changes(keys)? {
+        let mut run = 0;
+        let mut from = 0;
+        for before in changed.values().set_indices() {
+            let start = before + 1;
+            row_run[from..start].fill(run);
+            run += 1;
+            from = start;
+            starts.push(
+                u32::try_from(start).map_err(|_| {
                     DataFusionError::Internal("a batch of more than 4 G rows".into())
-                })?);
-            }
-            row_run[from..].fill(run);
+                })?,
+            );
         }
+        row_run[from..].fill(run);
     }
     Ok(Runs {
         starts: UInt32Array::from(starts),
