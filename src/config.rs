@@ -385,6 +385,9 @@ pub struct QuerySection {
     /// change, so a repeated query reads none of them again; matters most when files
     /// are in a bucket).
     pub footer_cache_bytes_max: usize,
+    /// Aggregate group keys that arrive in runs run by run (same answers; false only to
+    /// measure the difference or rule the operators out).
+    pub group_runs: bool,
 }
 
 impl Default for QuerySection {
@@ -400,6 +403,7 @@ impl Default for QuerySection {
             thread_nice: 10,
             join_pairs_max: quiver_query::JOIN_PAIRS_MAX_DEFAULT,
             footer_cache_bytes_max: 64 * 1024 * 1024,
+            group_runs: true,
         }
     }
 }

@@ -153,6 +153,7 @@ pub async fn serve(config: Config) -> Result<()> {
             thread_nice: config.query.thread_nice,
             join_pairs_max: config.query.join_pairs_max,
             footer_cache_bytes_max: config.query.footer_cache_bytes_max,
+            group_runs: config.query.group_runs,
             ..QueryConfig::default()
         },
     )

@@ -34,6 +34,11 @@ pub struct QueryConfig {
     /// Files never change once written, so a repeated query reads none of them again;
     /// with files in a bucket each one saved is a round trip.
     pub footer_cache_bytes_max: usize,
+    /// Group keys that arrive in runs (files are sorted by their tags) are aggregated
+    /// and de-duplicated run by run instead of hashed row by row
+    /// (`RunPartialAggregateExec`, `CollapseRunsExec`). Answers are the same either
+    /// way; off is for measuring the difference, or for ruling these operators out.
+    pub group_runs: bool,
 }
 
 /// Default of [`QueryConfig::join_pairs_max`]: a few seconds of one core's work.
@@ -77,6 +82,7 @@ impl Default for QueryConfig {
             join_pairs_max: JOIN_PAIRS_MAX_DEFAULT,
             thread_nice: 10,
             footer_cache_bytes_max: 64 * 1024 * 1024,
+            group_runs: true,
         }
     }
 }

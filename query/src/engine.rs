@@ -128,7 +128,7 @@ impl QueryEngine {
         let mut builder = SessionStateBuilder::new_with_default_features()
             .with_config(base_config)
             .with_catalog_list(Arc::new(catalogs) as Arc<dyn CatalogProviderList>)
-            .with_physical_optimizer_rules(physical_rules());
+            .with_physical_optimizer_rules(physical_rules(config.group_runs));
         // No table factories and no file formats: nothing to back `CREATE EXTERNAL
         // TABLE` or `COPY` even if a statement slipped past the sandbox.
         *builder.table_factories() = Some(HashMap::new());
@@ -417,10 +417,10 @@ fn runtime_env_for(
 
 /// DataFusion's physical optimizer rules, with Quiver's join build-side rule right after
 /// `JoinSelection` (it must run before filters are pushed into joins; see
-/// [`crate::build_side`]), and last the removal of repeated rows before a `DISTINCT`
-/// ([`crate::collapse_runs`]) and partial aggregation run by run
+/// [`crate::build_side`]), and last, with `group_runs`, the removal of repeated rows
+/// before a `DISTINCT` ([`crate::collapse_runs`]) and partial aggregation run by run
 /// ([`crate::run_aggregate`]).
-fn physical_rules() -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
+fn physical_rules(group_runs: bool) -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
     let mut rules = PhysicalOptimizer::new().rules;
     let after = rules
         .iter()
@@ -428,7 +428,9 @@ fn physical_rules() -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
         .map_or(0, |i| i + 1);
     debug_assert!(after > 0, "DataFusion has no join_selection rule any more");
     rules.insert(after, Arc::new(crate::build_side::BuildOnAggregate));
-    rules.push(Arc::new(crate::collapse_runs::CollapseRunsBeforeDistinct));
-    rules.push(Arc::new(crate::run_aggregate::PartialAggregateOverRuns));
+    if group_runs {
+        rules.push(Arc::new(crate::collapse_runs::CollapseRunsBeforeDistinct));
+        rules.push(Arc::new(crate::run_aggregate::PartialAggregateOverRuns));
+    }
     rules
 }

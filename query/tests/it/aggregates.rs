@@ -291,3 +291,39 @@ async fn distinct_tags_drop_repeated_rows_but_no_value() {
     .await;
     assert!(!plan.contains("CollapseRunsExec"), "{plan}");
 }
+
+/// `group_runs = false` plans DataFusion's own operators, with the same answers.
+#[tokio::test]
+async fn grouping_run_by_run_can_be_turned_off_without_changing_answers() {
+    let fixture = Fixture::new();
+    let with_runs = fixture.engine();
+    let without = fixture.engine_with(quiver_query::QueryConfig {
+        target_partitions: 2,
+        group_runs: false,
+        ..quiver_query::QueryConfig::default()
+    });
+    for sql in [
+        "SELECT count(DISTINCT host) FROM cpu",
+        "SELECT host, count(*), min(usage), max(usage), sum(count) FROM cpu \
+         GROUP BY host ORDER BY host",
+    ] {
+        let plan = explain(&without, "db1", sql).await;
+        assert!(
+            !plan.contains("CollapseRunsExec") && !plan.contains("RunPartialAggregateExec"),
+            "{plan}"
+        );
+        let plan = explain(&with_runs, "db1", sql).await;
+        assert!(
+            plan.contains("CollapseRunsExec") || plan.contains("RunPartialAggregateExec"),
+            "{plan}"
+        );
+        let a = query(&with_runs, "db1", sql).await;
+        let b = query(&without, "db1", sql).await;
+        let pretty = |o: &quiver_query::QueryOutput| {
+            arrow::util::pretty::pretty_format_batches(&o.batches)
+                .expect("format")
+                .to_string()
+        };
+        assert_eq!(pretty(&a), pretty(&b), "{sql}");
+    }
+}
