@@ -7,7 +7,6 @@ mod config;
 mod continuous;
 mod dir_lock;
 mod flight;
-mod heap;
 mod http;
 mod node;
 mod pg;

@@ -16,6 +16,7 @@ mod error;
 mod file_list;
 mod file_store;
 pub mod fuzzing;
+pub mod heap;
 mod ids;
 mod image;
 mod ipc;

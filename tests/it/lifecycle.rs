@@ -96,6 +96,42 @@ async fn quiet(node: &Node) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_flush_gives_the_memory_it_freed_back_to_the_operating_system() {
+    async fn releases_reported(node: &Node) -> bool {
+        let text = node
+            .client
+            .get(format!("{}/metrics", node.url))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("metrics text");
+        text.lines()
+            .any(|l| l.starts_with("quiver_heap_released_bytes_total "))
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(quick(NodeSpec::new(dir.path()))).await;
+    assert!(
+        !releases_reported(&node).await,
+        "nothing was flushed yet, so nothing was released"
+    );
+    let hosts: Vec<String> = (0..2_000).map(|i| format!("host-{i}")).collect();
+    let hosts: Vec<&str> = hosts.iter().map(String::as_str).collect();
+    let t0 = now_ns() / HOUR_NS * HOUR_NS - 3 * HOUR_NS;
+    let (s, t) = node.write_msgpack("db", hourly("cpu", t0, 2, &hosts)).await;
+    assert_eq!(s, 204, "{t}");
+    quiet(&node).await;
+    // The flush freed the buffered rows; the node's release task ran after it.
+    node.wait_for(
+        "a heap release after the flush",
+        Duration::from_secs(30),
+        || releases_reported(&node),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_segment_keeps_its_other_hour_after_a_merge_and_kill_9() {
     let dir = tempfile::tempdir().unwrap();
     // Days never fit one file here: merges are per hour.

@@ -205,6 +205,7 @@ impl Storage {
             rows_in = replaced.iter().map(|f| f.rows).sum::<u64>(), rows_out, bytes_in, bytes_out,
             ms = started.elapsed().as_millis() as u64,
             output = output.as_ref().map_or("(no rows left)", |o| o.path.as_str()), "compaction done");
+        self.memory_freed.notify_one();
         Ok(true)
     }
 

@@ -181,6 +181,8 @@ pub struct Storage {
     policies: RwLock<Policies>,
     /// Wakes the compactor when a `Compact` entry is applied.
     compaction_wakeup: tokio::sync::Notify,
+    /// Notified when a flush or merge has freed memory (see [`crate::heap`]).
+    memory_freed: Arc<tokio::sync::Notify>,
     /// Files replaced by compactions, waiting out their grace period.
     condemned: parking_lot::Mutex<Vec<condemned::Condemned>>,
     /// Segment writes still to fail (see `Storage::inject_persist_failures`).
@@ -285,6 +287,7 @@ impl Storage {
             persist_failing: parking_lot::Mutex::new(None),
             policies: RwLock::new(Policies::default()),
             compaction_wakeup: tokio::sync::Notify::new(),
+            memory_freed: Arc::new(tokio::sync::Notify::new()),
             condemned: parking_lot::Mutex::new(Vec::new()),
             persist_faults: std::sync::atomic::AtomicU32::new(0),
             io_in_flight: Arc::new(AtomicUsize::new(0)),

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Storage, TableKey};
@@ -35,6 +36,12 @@ impl Storage {
     /// Waits until a segment may be waiting to be written.
     pub async fn frozen_ready(&self) {
         self.frozen_wakeup.notified().await
+    }
+
+    /// Notified each time a flush or a merge has freed memory: what
+    /// [`crate::heap::release_after_frees`] waits on.
+    pub fn memory_freed_signal(&self) -> Arc<tokio::sync::Notify> {
+        self.memory_freed.clone()
     }
 
     /// Whether any frozen segment waits to be written.
@@ -107,6 +114,7 @@ impl Storage {
         }
         self.memory_bytes
             .fetch_sub(released.min(self.memory_bytes()), Ordering::Relaxed);
+        self.memory_freed.notify_one();
         let bytes: u64 = files.iter().map(|f| f.size_bytes).sum();
         metrics::counter!("quiver_flush_segments_total").increment(1);
         metrics::counter!("quiver_flush_rows_total").increment(segment.rows as u64);

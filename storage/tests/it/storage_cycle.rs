@@ -70,9 +70,14 @@ async fn flushed_rows_move_to_parquet_and_replay_skips_them() {
             (3, 0),
             "frozen rows stay queryable in memory"
         );
+        let freed = s.memory_freed_signal();
         assert!(s.persist_next().await.unwrap());
         assert!(!s.persist_next().await.unwrap());
         assert_eq!(rows_in(&s, "db", "cpu"), (0, 3));
+        // The flush announced the memory it freed, so the heap release runs.
+        tokio::time::timeout(std::time::Duration::from_secs(5), freed.notified())
+            .await
+            .expect("a written segment announces the memory it freed");
         s.apply_write(
             LogIndex(4),
             "db",
