@@ -30,19 +30,42 @@ pub fn release_freed_memory() -> u64 {
     before.saturating_sub(resident_bytes())
 }
 
+/// How often the node looks for growth no flush announced: queries, snapshots and
+/// request bodies free memory too, and a node that only answers queries never flushes.
+pub const GROWTH_CHECK: Duration = Duration::from_secs(60);
+
+/// Growth of resident size since the last release that makes [`GROWTH_CHECK`] release.
+pub const GROWTH_RELEASE_BYTES: u64 = 64 << 20;
+
+/// Whether resident size has grown enough since the last release to try one.
+pub fn grown_enough(resident_now: u64, resident_after_last_release: u64) -> bool {
+    resident_now >= resident_after_last_release.saturating_add(GROWTH_RELEASE_BYTES)
+}
+
 /// Releases freed memory each time `freed` is notified, no more often than
-/// [`RELEASE_GAP`]; runs until the task is dropped. Holds only the signal, never the
-/// storage, so it keeps nothing alive.
+/// [`RELEASE_GAP`], and every [`GROWTH_CHECK`] without one if resident size has grown
+/// by [`GROWTH_RELEASE_BYTES`] since the last; runs until the task is dropped. Holds
+/// only the signal, never the storage, so it keeps nothing alive.
 pub async fn release_after_frees(freed: Arc<Notify>) {
+    let mut resident_after_last = resident_bytes();
     loop {
-        freed.notified().await;
-        // Notifications during the wait or the release leave one permit: the frees they
-        // announce get one more release, not one each.
-        tokio::time::sleep(RELEASE_GAP).await;
+        tokio::select! {
+            _ = freed.notified() => {
+                // Notifications during the wait or the release leave one permit: the
+                // frees they announce get one more release, not one each.
+                tokio::time::sleep(RELEASE_GAP).await;
+            }
+            _ = tokio::time::sleep(GROWTH_CHECK) => {
+                if !grown_enough(resident_bytes(), resident_after_last) {
+                    continue;
+                }
+            }
+        }
         let started = Instant::now();
         let Ok(released) = tokio::task::spawn_blocking(release_freed_memory).await else {
             return;
         };
+        resident_after_last = resident_bytes();
         metrics::counter!("quiver_heap_released_bytes_total").increment(released);
         tracing::debug!(
             released_mib = released >> 20,
@@ -65,6 +88,21 @@ pub fn resident_bytes() -> u64 {
     // SAFETY: sysconf reads a constant of the running system.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     pages * u64::try_from(page).unwrap_or(4096)
+}
+
+#[cfg(test)]
+mod policy_tests {
+    use super::*;
+
+    #[test]
+    fn growth_releases_only_past_the_threshold() {
+        let base = 300 << 20;
+        assert!(!grown_enough(base, base));
+        assert!(!grown_enough(base + GROWTH_RELEASE_BYTES - 1, base));
+        assert!(grown_enough(base + GROWTH_RELEASE_BYTES, base));
+        // Shrinking (buffers flushed, memory returned elsewhere) never releases.
+        assert!(!grown_enough(base - (100 << 20), base));
+    }
 }
 
 #[cfg(all(test, target_os = "linux", target_env = "gnu"))]
