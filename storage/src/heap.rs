@@ -7,7 +7,8 @@
 //! buffered, 335 MiB after one `malloc_trim`. Until it is returned, resident size says
 //! nothing about what the node holds, and `storage.memory_bytes_max` is no bound an
 //! operator can size RAM by. So the node returns it after every flush and merge, at most
-//! once per [`RELEASE_GAP`].
+//! once per [`RELEASE_GAP`], and at a [`GROWTH_CHECK`] when resident size has grown
+//! without a flush (queries, snapshots).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,16 +19,28 @@ use tokio::sync::Notify;
 /// share one, and queries still reading a flushed segment have let go of it.
 pub const RELEASE_GAP: Duration = Duration::from_millis(500);
 
-/// Returns freed heap memory to the operating system now; the bytes of resident size
-/// that went (0 off glibc, where there is nothing to do).
-pub fn release_freed_memory() -> u64 {
+/// What one release did.
+#[derive(Debug, Clone, Copy)]
+pub struct Released {
+    /// Bytes of resident size that went (0 off glibc, where there is nothing to do).
+    pub bytes: u64,
+    /// Resident size after it: the base the next [`GROWTH_CHECK`] compares with.
+    pub resident_after: u64,
+}
+
+/// Returns freed heap memory to the operating system now.
+pub fn release_freed_memory() -> Released {
     let before = resident_bytes();
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only walks glibc's own arenas; it takes no pointer from us.
     unsafe {
         libc::malloc_trim(0);
     }
-    before.saturating_sub(resident_bytes())
+    let resident_after = resident_bytes();
+    Released {
+        bytes: before.saturating_sub(resident_after),
+        resident_after,
+    }
 }
 
 /// How often the node looks for growth no flush announced: queries, snapshots and
@@ -65,10 +78,10 @@ pub async fn release_after_frees(freed: Arc<Notify>) {
         let Ok(released) = tokio::task::spawn_blocking(release_freed_memory).await else {
             return;
         };
-        resident_after_last = resident_bytes();
-        metrics::counter!("quiver_heap_released_bytes_total").increment(released);
+        resident_after_last = released.resident_after;
+        metrics::counter!("quiver_heap_released_bytes_total").increment(released.bytes);
         tracing::debug!(
-            released_mib = released >> 20,
+            released_mib = released.bytes >> 20,
             ms = started.elapsed().as_millis() as u64,
             "freed memory returned to the operating system"
         );
@@ -124,7 +137,7 @@ mod tests {
         })
         .join()
         .expect("the allocating thread");
-        let released = release_freed_memory();
+        let released = release_freed_memory().bytes;
         assert!(
             released > 120 << 20,
             "released only {} MiB of the 240 MiB freed",
