@@ -198,6 +198,11 @@ pub struct StorageSection {
     pub flush_bytes_max: usize,
     /// ... or when its oldest row is this old.
     pub flush_age_ms: u64,
+    /// ... or when no row has arrived for this long and it holds at least
+    /// `flush_idle_bytes_min` (0 = never).
+    pub flush_idle_ms: u64,
+    /// The smallest buffer an idle flush writes.
+    pub flush_idle_bytes_min: usize,
     /// Memory all buffers may hold before writes get 503.
     pub memory_bytes_max: usize,
     /// zstd level of Parquet files.
@@ -238,6 +243,8 @@ impl Default for StorageSection {
             flush_rows_max: d.flush_rows_max,
             flush_bytes_max: d.flush_bytes_max,
             flush_age_ms: d.flush_age_ms,
+            flush_idle_ms: d.flush_idle_ms,
+            flush_idle_bytes_min: d.flush_idle_bytes_min,
             memory_bytes_max: d.memory_bytes_max,
             parquet_zstd_level: d.parquet.zstd_level,
             parquet_row_group_rows_max: d.parquet.row_group_rows_max,

@@ -48,6 +48,8 @@ pub async fn serve(config: Config) -> Result<()> {
         flush_rows_max: config.storage.flush_rows_max,
         flush_bytes_max: config.storage.flush_bytes_max,
         flush_age_ms: config.storage.flush_age_ms,
+        flush_idle_ms: config.storage.flush_idle_ms,
+        flush_idle_bytes_min: config.storage.flush_idle_bytes_min,
         memory_bytes_max: config.storage.memory_bytes_max,
         parquet: ParquetSettings {
             zstd_level: config.storage.parquet_zstd_level,

@@ -52,6 +52,8 @@ pub struct TableState {
     pub(crate) active_rows: usize,
     pub(crate) active_bytes: usize,
     pub(crate) active_since: Option<Instant>,
+    /// When the live buffer last received rows (for the idle flush).
+    pub(crate) active_last: Option<Instant>,
     pub(crate) frozen: VecDeque<Frozen>,
     pub(crate) files: crate::file_list::FileList,
     /// Every entry at or below this index is in Parquet for this table.
@@ -81,6 +83,7 @@ impl TableState {
         self.active_rows += batch.num_rows();
         self.active_bytes += bytes;
         self.active_since.get_or_insert(now);
+        self.active_last = Some(now);
         self.active.push(Buffered { index, batch });
         bytes
     }
@@ -112,6 +115,7 @@ impl TableState {
         self.active_rows = 0;
         self.active_bytes = 0;
         self.active_since = None;
+        self.active_last = None;
         true
     }
 

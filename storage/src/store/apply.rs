@@ -86,10 +86,13 @@ impl Storage {
         }
     }
 
-    /// Tables whose live buffer passed a flush threshold. The leader proposes a flush
+    /// Tables whose live buffer passed a flush threshold (rows, bytes, age, or idle
+    /// with enough bytes to be worth a file). The leader proposes a flush
     /// entry for them; when memory runs high, the biggest buffers are flushed too.
     pub fn flush_candidates(&self, now: Instant) -> Vec<TableKey> {
         let age_max = Duration::from_millis(self.config.flush_age_ms);
+        let idle_max = (self.config.flush_idle_ms > 0)
+            .then(|| Duration::from_millis(self.config.flush_idle_ms));
         let tables = self.tables.read();
         let mut out = Vec::new();
         let mut sizes: Vec<(usize, TableKey)> = Vec::new();
@@ -101,9 +104,16 @@ impl Storage {
             let old = state
                 .active_since
                 .is_some_and(|t| now.duration_since(t) >= age_max);
+            let idle = idle_max.is_some_and(|idle_max| {
+                state.active_bytes >= self.config.flush_idle_bytes_min
+                    && state
+                        .active_last
+                        .is_some_and(|t| now.duration_since(t) >= idle_max)
+            });
             if state.active_rows >= self.config.flush_rows_max
                 || state.active_bytes >= self.config.flush_bytes_max
                 || old
+                || idle
             {
                 out.push(key.clone());
             } else {

@@ -54,6 +54,14 @@ pub struct StorageConfig {
     pub flush_bytes_max: usize,
     /// ... or its oldest row has waited this long.
     pub flush_age_ms: u64,
+    /// ... or no row has arrived for this long while it holds at least
+    /// `flush_idle_bytes_min`: a burst that ended (a backfill, a batch job, a collector
+    /// that stopped) goes to Parquet and gives its memory back without waiting for
+    /// `flush_age_ms`. 0: never.
+    pub flush_idle_ms: u64,
+    /// The smallest buffer an idle flush writes: small buffers of sparse writers wait
+    /// for `flush_age_ms`, so they do not become one small file per pause.
+    pub flush_idle_bytes_min: usize,
     /// Memory all buffers (live and frozen) may hold before writes are refused with
     /// 503; flushes start at half of it.
     pub memory_bytes_max: usize,
@@ -72,6 +80,8 @@ impl Default for StorageConfig {
             flush_rows_max: 2_000_000,
             flush_bytes_max: 256 * 1024 * 1024,
             flush_age_ms: 120_000,
+            flush_idle_ms: 10_000,
+            flush_idle_bytes_min: 16 * 1024 * 1024,
             memory_bytes_max: 2 * 1024 * 1024 * 1024,
             parquet: ParquetSettings::default(),
             compaction: CompactionSettings::default(),

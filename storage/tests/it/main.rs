@@ -5,6 +5,7 @@
 mod compaction;
 mod compaction_stream;
 mod durability;
+mod flush_policy;
 mod fuzz_corpus;
 mod heap;
 mod lifecycle;
