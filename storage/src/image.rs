@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::ids::LogIndex;
+use crate::int_width::widen_integer_fields;
 use crate::ipc::{decode_batch, encode_batch};
 use crate::meta::{ColumnMeta, FileMeta};
 use crate::policies::Policies;
@@ -209,7 +210,8 @@ pub fn write_image(image: &MemoryImage, w: &mut impl Write) -> Result<()> {
             };
             write_frame(w, KIND_FROZEN, &json(&header)?, &[])?;
             for batch in &segment.batches {
-                write_frame(w, KIND_BATCH, &[], &encode_batch(batch)?)?;
+                let batch = widen_integer_fields(batch)?;
+                write_frame(w, KIND_BATCH, &[], &encode_batch(&batch)?)?;
             }
         }
         for buffered in &table.active {
@@ -221,7 +223,7 @@ pub fn write_image(image: &MemoryImage, w: &mut impl Write) -> Result<()> {
                 w,
                 KIND_ACTIVE,
                 &json(&header)?,
-                &encode_batch(&buffered.batch)?,
+                &encode_batch(&widen_integer_fields(&buffered.batch)?)?,
             )?;
         }
     }

@@ -19,6 +19,7 @@ pub mod fuzzing;
 pub mod heap;
 mod ids;
 mod image;
+mod int_width;
 mod ipc;
 pub mod lifecycle;
 mod limits;

@@ -20,6 +20,7 @@ use arrow::datatypes::Int32Type;
 
 use crate::error::Result;
 use crate::ids::TimestampNs;
+use crate::int_width::gather_integers;
 use crate::parquet_encode::time_values;
 use crate::schema::{conform, tag_type, with_tags_as, TIME_COLUMN};
 use crate::sort_lead::sort_tag_indices;
@@ -104,9 +105,21 @@ impl SegmentOrder {
             match self.tags.iter().find(|t| t.column == column) {
                 Some(tag) => columns.push(tag.take(batches, &indices)?),
                 None => {
+                    let wanted = schema.field(column).data_type();
+                    let inputs: Vec<&dyn Array> =
+                        batches.iter().map(|b| b.column(column).as_ref()).collect();
+                    if inputs.iter().all(|c| c.data_type() == wanted) {
+                        columns.push(interleave(&inputs, &indices)?);
+                        continue;
+                    }
+                    // Integers buffered narrower than the schema's (`int_width`), read
+                    // where they lie.
+                    if let Some(gathered) = gather_integers(&inputs, &indices, wanted)? {
+                        columns.push(gathered);
+                        continue;
+                    }
                     // Without a segment-wide dictionary, tag keys of several widths are
                     // widened to the schema's first.
-                    let wanted = schema.field(column).data_type();
                     let alike: Vec<ArrayRef> = batches
                         .iter()
                         .map(|b| match b.column(column) {

@@ -110,6 +110,26 @@ pub fn batch(rows: &[Row], with_temp: bool) -> RecordBatch {
     RecordBatch::try_new(schema(with_temp), columns).expect("fixture batch")
 }
 
+/// `batch` with its integer column `count` at the narrowest width that holds it, as
+/// storage buffers integers.
+pub fn narrow_count(batch: RecordBatch) -> RecordBatch {
+    let schema = batch.schema();
+    let i = schema.index_of("count").expect("count column");
+    let count = batch.column(i);
+    let max =
+        arrow::compute::max(count.as_any().downcast_ref::<Int64Array>().expect("i64")).unwrap_or(0);
+    let narrow = if max <= i64::from(i16::MAX) {
+        DataType::Int16
+    } else {
+        DataType::Int32
+    };
+    let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields[i] = fields[i].clone().with_data_type(narrow.clone());
+    let mut columns = batch.columns().to_vec();
+    columns[i] = cast(count, &narrow).expect("narrow count");
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).expect("narrow batch")
+}
+
 /// Writes `rows` as one Parquet file the way storage does and describes it.
 pub fn write_parquet(root: &Path, path: &str, rows: &[Row], with_temp: bool) -> ParquetFileRef {
     let time_min = rows.iter().map(|r| r.time_ns).min().expect("rows");
@@ -276,12 +296,19 @@ impl Fixture {
         }
         let live = rows_for_hour(FILE_HOURS);
         let (first, second) = live.split_at(live.len() / 3);
-        let memory = vec![batch(first, true), batch(second, true)];
+        // Storage buffers integers as narrow as their values allow (`int_width`): one
+        // batch as it would hold them, one at full width.
+        let memory = vec![batch(first, true), narrow_count(batch(second, true))];
         cpu.extend(live.clone());
         source.insert(snapshot("db1", "cpu", memory, files));
 
         let mem_rows: Vec<Row> = (0..2).flat_map(rows_for_hour).collect();
-        source.insert(snapshot("db1", "mem", vec![batch(&mem_rows, true)], vec![]));
+        source.insert(snapshot(
+            "db1",
+            "mem",
+            vec![narrow_count(batch(&mem_rows, true))],
+            vec![],
+        ));
 
         let disk_files = (0..2)
             .map(|hour| {

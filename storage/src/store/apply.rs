@@ -10,6 +10,7 @@ use arrow::record_batch::RecordBatch;
 use super::{Storage, TableKey};
 use crate::error::Result;
 use crate::ids::{validate_database_name, LogIndex};
+use crate::int_width::buffered_form;
 use crate::schema::MeasurementSchema;
 
 impl Storage {
@@ -55,6 +56,8 @@ impl Storage {
         let now = Instant::now();
         let mut rows = 0;
         for (measurement, batch) in tables {
+            // Outside the table's lock: queries of the table need not wait for it.
+            let narrow = buffered_form(batch);
             let table = self.table(&TableKey::new(database, measurement.as_str()));
             let mut state = table.state.write();
             if state.holds(index) {
@@ -63,7 +66,7 @@ impl Storage {
             if let Some(grown) = state.schema.merge(measurement, &batch.schema())? {
                 state.schema = grown;
             }
-            let bytes = state.append(index, batch.clone(), now);
+            let bytes = state.append(index, narrow, now);
             self.memory_bytes.fetch_add(bytes, Ordering::Relaxed);
             rows += batch.num_rows();
         }

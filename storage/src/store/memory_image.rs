@@ -7,10 +7,11 @@ use super::{Storage, TableKey};
 use crate::compaction::CompactionJob;
 use crate::error::Result;
 use crate::ids::LogIndex;
+use crate::int_width::buffered_form;
 use crate::meta::FileMeta;
 use crate::policies::Policies;
 use crate::sort_lead::SortDecision;
-use crate::table_state::{Buffered, Frozen};
+use crate::table_state::{held_bytes, Buffered, Frozen};
 
 impl Storage {
     /// Rows not yet in Parquet and the list of files, captured per table under its lock
@@ -146,10 +147,14 @@ impl Storage {
                 // Frozen by a build without leads: written, and merged, in name order.
                 state.sort = SortDecision::Decided(None);
             }
-            for segment in frozen {
+            for mut segment in frozen {
                 if segment.log_last <= state.frozen_through {
                     continue;
                 }
+                // Images carry integers at full width (`int_width`); memory holds them
+                // narrow, and counts what it holds.
+                segment.batches = segment.batches.iter().map(buffered_form).collect();
+                segment.bytes = segment.batches.iter().map(held_bytes).sum();
                 if let Some(grown) = state.schema.merge(&key.measurement, &segment.schema)? {
                     state.schema = grown;
                 }
@@ -169,7 +174,7 @@ impl Storage {
                 {
                     state.schema = grown;
                 }
-                let bytes = state.append(buffered.index, buffered.batch, now);
+                let bytes = state.append(buffered.index, buffered_form(&buffered.batch), now);
                 self.memory_bytes.fetch_add(bytes, Ordering::Relaxed);
             }
         }

@@ -8,6 +8,7 @@ mod durability;
 mod flush_policy;
 mod fuzz_corpus;
 mod heap;
+mod int_width;
 mod lifecycle;
 mod limits;
 mod line_protocol_props;

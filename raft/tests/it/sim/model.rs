@@ -144,6 +144,12 @@ pub fn content(storage: &Storage) -> Content {
         let (Some(batch), Some(seq)) = (b.column_by_name("batch"), b.column_by_name("seq")) else {
             return;
         };
+        // Buffered integers may be held narrower than 64 bits (`TableSource::memory`).
+        let wide = |c: &arrow::array::ArrayRef| {
+            arrow::compute::cast(c, &arrow::datatypes::DataType::Int64)
+                .unwrap_or_else(|e| panic!("an integer column cannot be widened: {e}"))
+        };
+        let (batch, seq) = (wide(batch), wide(seq));
         let (batch, seq) = (
             batch.as_primitive::<Int64Type>(),
             seq.as_primitive::<Int64Type>(),
