@@ -24,7 +24,7 @@ VM=/usr/bin/victoria-metrics
 QPORT=18556
 VPORT=18428
 WORK=$(mktemp -d /tmp/quiver-vs-vm.XXXXXX)
-trap 'kill $QPID $VPID 2>/dev/null || true; rm -rf "$WORK"' EXIT
+trap 'kill $QPID $VPID 2>/dev/null || true; wait $QPID $VPID 2>/dev/null || true; rm -rf "$WORK"' EXIT
 
 wait_ready() {
   for _ in $(seq 1 400); do curl -sf "$1" >/dev/null && return 0; sleep 0.05; done
