@@ -24,11 +24,12 @@ use arrow::array::{
 use arrow::buffer::{BooleanBuffer, Buffer, NullBuffer};
 use arrow::compute::{max, min};
 use arrow::datatypes::{
-    DataType, Field, Int16Type, Int32Type, Int64Type, Int8Type, Schema, UInt16Type, UInt32Type,
-    UInt64Type, UInt8Type,
+    DataType, Int16Type, Int32Type, Int64Type, Int8Type, UInt16Type, UInt32Type, UInt64Type,
+    UInt8Type,
 };
 
 use crate::error::Result;
+use crate::schema::map_columns;
 
 /// `batch` with every `Int64` and `UInt64` column at the narrowest width that holds its
 /// values; other columns unchanged. The values are exactly those of `batch`.
@@ -144,36 +145,6 @@ fn wide_type(data_type: &DataType) -> Option<DataType> {
         }
         _ => None,
     }
-}
-
-/// `batch` with `change` applied to each column (`None`: keep it), the schema following
-/// the new types; `batch` itself when nothing changed.
-fn map_columns(
-    batch: &RecordBatch,
-    mut change: impl FnMut(&ArrayRef) -> Result<Option<ArrayRef>>,
-) -> Result<RecordBatch> {
-    let schema = batch.schema();
-    let mut fields: Option<Vec<Field>> = None;
-    let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
-    for (i, column) in batch.columns().iter().enumerate() {
-        let Some(changed) = change(column)? else {
-            continue;
-        };
-        debug_assert_eq!(changed.len(), column.len());
-        let fields = fields
-            .get_or_insert_with(|| schema.fields().iter().map(|f| f.as_ref().clone()).collect());
-        fields[i] = fields[i]
-            .clone()
-            .with_data_type(changed.data_type().clone());
-        columns[i] = changed;
-    }
-    let Some(fields) = fields else {
-        return Ok(batch.clone());
-    };
-    Ok(RecordBatch::try_new(
-        Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone())),
-        columns,
-    )?)
 }
 
 /// `column` as 8, 16 or 32 bits if its values fit, else `None`. A column of nulls only

@@ -348,6 +348,36 @@ pub(crate) fn align(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBat
     )?)
 }
 
+/// `batch` with `change` applied to each column (`None`: keep it), the schema following
+/// the new types; `batch` itself when nothing changed.
+pub(crate) fn map_columns(
+    batch: &RecordBatch,
+    mut change: impl FnMut(&ArrayRef) -> Result<Option<ArrayRef>>,
+) -> Result<RecordBatch> {
+    let schema = batch.schema();
+    let mut fields: Option<Vec<Field>> = None;
+    let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
+    for (i, column) in batch.columns().iter().enumerate() {
+        let Some(changed) = change(column)? else {
+            continue;
+        };
+        debug_assert_eq!(changed.len(), column.len());
+        let fields = fields
+            .get_or_insert_with(|| schema.fields().iter().map(|f| f.as_ref().clone()).collect());
+        fields[i] = fields[i]
+            .clone()
+            .with_data_type(changed.data_type().clone());
+        columns[i] = changed;
+    }
+    let Some(fields) = fields else {
+        return Ok(batch.clone());
+    };
+    Ok(RecordBatch::try_new(
+        Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone())),
+        columns,
+    )?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

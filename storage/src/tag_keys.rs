@@ -16,38 +16,22 @@ use arrow::array::{
     Array, ArrayRef, AsArray, DictionaryArray, Int32Array, RecordBatch, StringArray, UInt16Array,
     UInt8Array,
 };
-use arrow::datatypes::{DataType, Field, Int32Type, Schema, UInt16Type, UInt8Type};
+use arrow::datatypes::{DataType, Int32Type, UInt16Type, UInt8Type};
 
 use crate::error::Result;
+use crate::schema::map_columns;
 
 /// A batch's tag columns with keys as narrow as their dictionaries allow; other columns
 /// and tags with more than 65,536 values are unchanged.
 pub(crate) fn narrow_tag_keys(batch: &RecordBatch) -> Result<RecordBatch> {
-    let schema = batch.schema();
-    let mut fields: Option<Vec<Field>> = None;
-    let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
-    for (i, column) in batch.columns().iter().enumerate() {
-        let Some(dictionary) = column.as_dictionary_opt::<Int32Type>() else {
-            continue;
-        };
-        if dictionary.values().data_type() != &DataType::Utf8 {
-            continue;
+    map_columns(batch, |column| {
+        match column.as_dictionary_opt::<Int32Type>() {
+            Some(dictionary) if dictionary.values().data_type() == &DataType::Utf8 => {
+                narrowed(dictionary)
+            }
+            _ => Ok(None),
         }
-        let Some(narrow) = narrowed(dictionary)? else {
-            continue;
-        };
-        let fields = fields
-            .get_or_insert_with(|| schema.fields().iter().map(|f| f.as_ref().clone()).collect());
-        fields[i] = fields[i].clone().with_data_type(narrow.data_type().clone());
-        columns[i] = narrow;
-    }
-    let Some(fields) = fields else {
-        return Ok(batch.clone());
-    };
-    Ok(RecordBatch::try_new(
-        Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone())),
-        columns,
-    )?)
+    })
 }
 
 /// `dictionary` with one- or two-byte keys, if its values fit.
