@@ -56,9 +56,13 @@ impl Storage {
         let now = Instant::now();
         let mut rows = 0;
         for (measurement, batch) in tables {
+            let table = self.table(&TableKey::new(database, measurement.as_str()));
+            // Replay after a restart skips entries already in Parquet before narrowing.
+            if table.state.read().holds(index) {
+                continue;
+            }
             // Outside the table's lock: queries of the table need not wait for it.
             let narrow = buffered_form(batch);
-            let table = self.table(&TableKey::new(database, measurement.as_str()));
             let mut state = table.state.write();
             if state.holds(index) {
                 continue;
