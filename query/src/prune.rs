@@ -50,7 +50,7 @@ impl TimeRange {
         !self.is_empty() && min_ns <= self.max_ns && max_ns >= self.min_ns
     }
 
-    fn intersect(self, other: TimeRange) -> TimeRange {
+    pub(crate) fn intersect(self, other: TimeRange) -> TimeRange {
         TimeRange {
             min_ns: self.min_ns.max(other.min_ns),
             max_ns: self.max_ns.min(other.max_ns),
@@ -70,6 +70,47 @@ impl TimeRange {
             max_ns: self.max_ns.max(other.max_ns),
         }
     }
+}
+
+/// The times for which `expr` is true, when that set is exactly one range: `time`
+/// itself (no cast) compared with a timestamp literal (no cast), and ANDs and BETWEENs
+/// of those. `None` for anything else, including expressions that only bound `time`
+/// approximately (casts to coarser units, ORs), since a caller drops the expression for
+/// files wholly inside the range. `time` is never null, so there is no third value.
+pub(crate) fn exact_range(expr: &Expr) -> Option<TimeRange> {
+    match expr {
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) => match op {
+            Operator::And => Some(exact_range(left)?.intersect(exact_range(right)?)),
+            _ => exact_comparison(left, *op, right),
+        },
+        Expr::Between(Between {
+            expr,
+            negated: false,
+            low,
+            high,
+        }) => Some(
+            exact_comparison(expr, Operator::GtEq, low)?.intersect(exact_comparison(
+                expr,
+                Operator::LtEq,
+                high,
+            )?),
+        ),
+        _ => None,
+    }
+}
+
+/// `time <op> literal` (either side) with neither side cast, as the exact range of
+/// times it accepts.
+fn exact_comparison(left: &Expr, op: Operator, right: &Expr) -> Option<TimeRange> {
+    let is_time = |e: &Expr| matches!(e, Expr::Column(c) if c.name == TIME_COLUMN);
+    // Timestamps of any unit convert to nanoseconds without loss; dates do not compare
+    // with `time` without a cast.
+    let is_timestamp = |e: &Expr| matches!(e, Expr::Literal(value, _) if matches!(value.data_type(), DataType::Timestamp(..)));
+    let exact = (is_time(left) && is_timestamp(right)) || (is_timestamp(left) && is_time(right));
+    if !exact {
+        return None;
+    }
+    comparison(left, op, right)
 }
 
 /// The bound one boolean expression puts on `time`.
@@ -264,6 +305,53 @@ mod tests {
         assert_eq!(TimeRange::from_filters(&[or_with_unknown]), TimeRange::ALL);
         let not_between = col("time").not_between(ts(5), ts(9));
         assert_eq!(TimeRange::from_filters(&[not_between]), TimeRange::ALL);
+    }
+
+    #[test]
+    fn exact_ranges_only_for_plain_comparisons() {
+        let both = col("time").gt_eq(ts(10)).and(col("time").lt(ts(20)));
+        assert_eq!(
+            exact_range(&both),
+            Some(TimeRange {
+                min_ns: 10,
+                max_ns: 19
+            })
+        );
+        assert_eq!(
+            exact_range(&col("time").between(ts(5), ts(9))),
+            Some(TimeRange {
+                min_ns: 5,
+                max_ns: 9
+            })
+        );
+        assert_eq!(
+            exact_range(&ts(10).lt(col("time"))),
+            Some(TimeRange {
+                min_ns: 11,
+                max_ns: i64::MAX
+            })
+        );
+        // Over-approximations and other columns are not exact.
+        let either = col("time").lt(ts(3)).or(col("time").gt(ts(100)));
+        assert_eq!(exact_range(&either), None);
+        assert_eq!(exact_range(&col("time").not_eq(ts(3))), None);
+        assert_eq!(exact_range(&col("time").not_between(ts(5), ts(9))), None);
+        assert_eq!(exact_range(&col("usage").gt(lit(1.0))), None);
+        let mixed = col("time").gt(ts(1)).and(col("host").eq(lit("a")));
+        assert_eq!(exact_range(&mixed), None);
+        let to_date = Expr::Cast(datafusion::logical_expr::Cast::new(
+            Box::new(col("time")),
+            DataType::Date32,
+        ));
+        assert_eq!(
+            exact_range(&to_date.eq(lit(ScalarValue::Date32(Some(1))))),
+            None
+        );
+        let cast_literal = Expr::Cast(datafusion::logical_expr::Cast::new(
+            Box::new(lit("2024-01-01T00:00:00Z")),
+            DataType::Timestamp(TimeUnit::Nanosecond, None),
+        ));
+        assert_eq!(exact_range(&col("time").gt(cast_literal)), None);
     }
 
     #[test]

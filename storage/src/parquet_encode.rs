@@ -25,12 +25,19 @@ use crate::tag_distinct::TagDistinct;
 /// measures others on the TSBS shape).
 pub const PAGE_ROWS_MAX_DEFAULT: usize = 20_000;
 
+/// Rows per row group by default. A query splits a file among its threads by row group,
+/// so a file of few row groups leaves a thread idle: the 4.32 M-row TSBS file held 5
+/// groups of 1 M rows, split 3 to 2, and with 17 groups of 256 K rows the TSBS query
+/// types took 0.80 of the time (geometric mean, same run) for 0.2 % more bytes on
+/// disk. The Parquet writer also buffers a row group fewer rows at a time.
+pub const ROW_GROUP_ROWS_MAX_DEFAULT: usize = 256 * 1024;
+
 /// How Parquet files are written.
 #[derive(Debug, Clone)]
 pub struct ParquetSettings {
     /// zstd level (1..=22); 3 is a good speed/size balance for time series.
     pub zstd_level: i32,
-    /// Rows per row group at most.
+    /// Rows per row group at most ([`ROW_GROUP_ROWS_MAX_DEFAULT`] says why that much).
     pub row_group_rows_max: usize,
     /// Rows per data page at most: the unit the page index prunes by (a query for one
     /// series decodes the pages its rows share with their neighbours).
@@ -41,7 +48,7 @@ impl Default for ParquetSettings {
     fn default() -> Self {
         ParquetSettings {
             zstd_level: 3,
-            row_group_rows_max: 1024 * 1024,
+            row_group_rows_max: ROW_GROUP_ROWS_MAX_DEFAULT,
             page_rows_max: PAGE_ROWS_MAX_DEFAULT,
         }
     }

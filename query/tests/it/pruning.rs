@@ -1,6 +1,9 @@
 //! Files outside a query's time range are not read; the predicate reaches Parquet.
 
-use crate::support::{explain, files_in_plan, i64s, one_i64, query, strings, Fixture};
+use crate::support::{
+    explain, files_in_plan, i64s, one_i64, query, strings, Fixture, Row, HOSTS, HOUR_NS, MINUTE_NS,
+    T0_NS,
+};
 
 /// Runs `sql`, checks its count, and returns the Parquet files its plan reads.
 async fn count_and_files(fixture: &Fixture, sql: &str, expected: i64) -> Vec<String> {
@@ -111,4 +114,125 @@ async fn limit_without_filter_reads_few_rows() {
     let output = query(&engine, "db1", "SELECT time, host FROM cpu LIMIT 7").await;
     assert_eq!(output.row_count(), 7);
     assert_eq!(i64s(&output, 0).len(), 7);
+}
+
+/// The Parquet scans of `plan`, one line each, as (files, predicate or "").
+fn scans(plan: &str) -> Vec<(Vec<String>, String)> {
+    plan.lines()
+        .filter(|line| line.contains("DataSourceExec") && line.contains(".parquet"))
+        .map(|line| {
+            let predicate = line
+                .split(", predicate=")
+                .nth(1)
+                .map(|rest| rest.split(", pruning_predicate=").next().unwrap_or(rest))
+                .unwrap_or("")
+                .to_string();
+            (files_in_plan(line), predicate)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn time_bounds_filter_only_files_that_reach_outside_them() {
+    let fixture = Fixture::new();
+    let engine = fixture.engine();
+    // Strictly after 02:00: host-a's first row of hour 2 sits exactly on it, so the hour
+    // 2 file reaches outside the bound; hours 3 to 5 lie inside it, and so does the
+    // buffered hour 6.
+    let from = T0_NS + 2 * HOUR_NS;
+    let sql = "SELECT count(*), sum(count) FROM cpu WHERE time > '2024-01-01T02:00:00Z'";
+    let output = query(&engine, "db1", sql).await;
+    let expected: Vec<&Row> = fixture.cpu.iter().filter(|r| r.time_ns > from).collect();
+    assert_eq!(one_i64(&output), expected.len() as i64);
+    assert_eq!(
+        i64s(&output, 1),
+        vec![Some(expected.iter().map(|r| r.count).sum::<i64>())]
+    );
+
+    let plan = explain(&engine, "db1", sql).await;
+    let found = scans(&plan);
+    let edge: Vec<&(Vec<String>, String)> = found
+        .iter()
+        .filter(|(files, _)| files.iter().any(|f| f.ends_with("T02.parquet")))
+        .collect();
+    assert_eq!(edge.len(), 1, "{plan}");
+    assert_eq!(edge[0].0, vec!["db1/cpu/2024-01-01T02.parquet"], "{plan}");
+    assert!(edge[0].1.contains("time@"), "{plan}");
+    let inside: Vec<String> = found
+        .iter()
+        .filter(|(files, _)| !files.iter().any(|f| f.ends_with("T02.parquet")))
+        .flat_map(|(files, predicate)| {
+            assert!(!predicate.contains("time"), "{plan}");
+            files.clone()
+        })
+        .collect();
+    assert_eq!(inside.len(), 3, "{plan}");
+
+    // `now()` is folded into a literal before the table is asked: every file lies
+    // before it, so no scan filters by it, and every row counts.
+    let sql = "SELECT count(*) FROM cpu WHERE time <= now()";
+    let output = query(&engine, "db1", sql).await;
+    assert_eq!(one_i64(&output), fixture.cpu.len() as i64);
+    let plan = explain(&engine, "db1", sql).await;
+    let found = scans(&plan);
+    assert_eq!(found.len(), 1, "{plan}");
+    assert!(!found[0].1.contains("time"), "{plan}");
+
+    // With a tag filter as well: that one still reaches every file.
+    let sql = "SELECT count(*) FROM cpu \
+               WHERE time > '2024-01-01T02:00:00Z' AND time <= '2024-01-01T06:30:00Z' \
+               AND host = 'host-a'";
+    let until = T0_NS + 6 * HOUR_NS + 30 * MINUTE_NS;
+    let expected = fixture
+        .cpu
+        .iter()
+        .filter(|r| r.time_ns > from && r.time_ns <= until && r.host == "host-a")
+        .count();
+    assert_eq!(one_i64(&query(&engine, "db1", sql).await), expected as i64);
+    let plan = explain(&engine, "db1", sql).await;
+    for (files, predicate) in scans(&plan) {
+        assert!(predicate.contains("host"), "{plan}");
+        let edge = files.iter().any(|f| f.ends_with("T02.parquet"));
+        assert_eq!(predicate.contains("time@"), edge, "{plan}");
+    }
+}
+
+#[tokio::test]
+async fn time_bounds_filter_buffered_rows() {
+    let fixture = Fixture::new();
+    let engine = fixture.engine();
+    // Hour 6 is buffered; its second half is outside the bound, and `mem` is buffered
+    // only.
+    let until = T0_NS + 6 * HOUR_NS + 30 * MINUTE_NS;
+    let sql = "SELECT count(*), max(time) FROM cpu WHERE time < '2024-01-01T06:30:00Z'";
+    let output = query(&engine, "db1", sql).await;
+    let expected: Vec<&Row> = fixture.cpu.iter().filter(|r| r.time_ns < until).collect();
+    assert_eq!(one_i64(&output), expected.len() as i64);
+    let sql = "SELECT host, count(*) FROM mem \
+               WHERE time BETWEEN '2024-01-01T00:30:00Z' AND '2024-01-01T01:00:00Z' \
+               GROUP BY host ORDER BY host";
+    let output = query(&engine, "db1", sql).await;
+    // Minutes 30..=59 of hour 0 for every host, and 01:00:00 exactly for host-a only.
+    assert_eq!(
+        i64s(&output, 1),
+        vec![Some(31), Some(30), Some(30), Some(30), Some(30)]
+    );
+    // A limit with only exact bounds reaches the scan; buffered rows are still filtered.
+    let sql = "SELECT time FROM cpu WHERE time >= '2024-01-01T06:59:00Z' LIMIT 100";
+    let output = query(&engine, "db1", sql).await;
+    let from = T0_NS + 6 * HOUR_NS + 59 * MINUTE_NS;
+    let times = i64s(&output, 0);
+    assert_eq!(times.len(), HOSTS.len());
+    assert!(
+        times.iter().all(|t| t.is_some_and(|t| t >= from)),
+        "{times:?}"
+    );
+    let sql = "SELECT time FROM cpu WHERE time >= '2024-01-01T05:00:00Z' LIMIT 3";
+    let times = i64s(&query(&engine, "db1", sql).await, 0);
+    assert_eq!(times.len(), 3);
+    let from = T0_NS + 5 * HOUR_NS;
+    assert!(
+        times.iter().all(|t| t.is_some_and(|t| t >= from)),
+        "{times:?}"
+    );
 }
