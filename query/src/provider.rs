@@ -383,7 +383,7 @@ struct Visibility {
 fn visibility(snapshot: &TableSnapshot, bounds: &QueryBounds, file: &ParquetFileRef) -> Visibility {
     Visibility {
         query_edge: bounds.predicate.is_some()
-            && !(bounds.range.min_ns <= file.time_min.0 && file.time_max.0 <= bounds.range.max_ns),
+            && !bounds.range.contains(file.time_min.0, file.time_max.0),
         from_edge: snapshot.visible_from.is_some_and(|f| file.time_min < f),
         before_edge: snapshot.visible_before.is_some_and(|b| file.time_max >= b),
         tombstones: file.tombstones.clone(),

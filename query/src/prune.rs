@@ -44,6 +44,12 @@ impl TimeRange {
         self.min_ns > self.max_ns
     }
 
+    /// True when every timestamp in `[min_ns, max_ns]` (inclusive) is in this range.
+    pub(crate) fn contains(self, min_ns: i64, max_ns: i64) -> bool {
+        debug_assert!(min_ns <= max_ns, "a span from {min_ns} to {max_ns}");
+        self.min_ns <= min_ns && max_ns <= self.max_ns
+    }
+
     /// True when some timestamp in `[min_ns, max_ns]` (inclusive) is in this range.
     #[cfg(test)]
     pub(crate) fn overlaps(self, min_ns: i64, max_ns: i64) -> bool {
@@ -352,6 +358,19 @@ mod tests {
             DataType::Timestamp(TimeUnit::Nanosecond, None),
         ));
         assert_eq!(exact_range(&col("time").gt(cast_literal)), None);
+    }
+
+    #[test]
+    fn a_range_contains_spans_inside_it_edges_included() {
+        let r = TimeRange {
+            min_ns: 10,
+            max_ns: 19,
+        };
+        assert!(r.contains(10, 19));
+        assert!(r.contains(12, 12));
+        assert!(!r.contains(9, 12));
+        assert!(!r.contains(12, 20));
+        assert!(TimeRange::ALL.contains(i64::MIN, i64::MAX));
     }
 
     #[test]
