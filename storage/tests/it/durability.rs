@@ -1,14 +1,14 @@
 //! What a crash or a damaged disk leaves behind: files written durably, temporary files
 //! cleaned up, unreadable files quarantined instead of stopping the node.
 
+use crate::support::open;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::array::{Float64Array, RecordBatch, StringDictionaryBuilder, TimestampNanosecondArray};
 use arrow::datatypes::Int32Type;
 use quiver_storage::{
-    canonical_schema, ColumnKind, FieldType, FileMeta, LogIndex, Storage, StorageConfig, TableKey,
-    TableSource,
+    canonical_schema, ColumnKind, FieldType, FileMeta, LogIndex, Storage, TableKey, TableSource,
 };
 
 const HOUR_NS: i64 = 3_600_000_000_000;
@@ -28,15 +28,6 @@ fn batch(host: &str, time: i64, value: f64) -> RecordBatch {
             Arc::new(Float64Array::from(vec![value])),
         ],
     )
-    .unwrap()
-}
-
-async fn open(dir: &Path) -> Storage {
-    Storage::open(StorageConfig {
-        dir: dir.to_path_buf(),
-        ..StorageConfig::default()
-    })
-    .await
     .unwrap()
 }
 

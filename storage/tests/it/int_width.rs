@@ -2,6 +2,7 @@
 //! (queries, the flush, a memory image) sees exactly the 64-bit values that were
 //! written.
 
+use crate::support::open;
 use std::sync::Arc;
 
 use arrow::array::{
@@ -13,7 +14,7 @@ use arrow::datatypes::{DataType, Int32Type};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use quiver_storage::{
     canonical_schema, conform, held_bytes, read_image, write_image, ColumnKind, FieldType,
-    LogIndex, Storage, StorageConfig, TableKey, TableSource,
+    LogIndex, Storage, TableKey, TableSource,
 };
 
 const ROWS: usize = 1_000;
@@ -71,15 +72,6 @@ fn by_time(batches: &[RecordBatch], schema: &arrow::datatypes::SchemaRef) -> Rec
     )
     .unwrap();
     take_record_batch(&all, &order).unwrap()
-}
-
-async fn open(dir: &std::path::Path) -> Storage {
-    Storage::open(StorageConfig {
-        dir: dir.to_path_buf(),
-        ..StorageConfig::default()
-    })
-    .await
-    .unwrap()
 }
 
 /// What a query of `db.m` reads from memory, cast to the schema's types as a query

@@ -17,3 +17,4 @@ mod parquet_layout;
 mod prom_props;
 mod sort_lead;
 mod storage_cycle;
+mod support;

@@ -1,12 +1,13 @@
 //! The storage life cycle: writes at log indexes, a flush, Parquet, reopen, replay.
 
+use crate::support::open;
 use std::sync::Arc;
 
 use arrow::array::{Float64Array, RecordBatch, StringDictionaryBuilder, TimestampNanosecondArray};
 use arrow::datatypes::Int32Type;
 use quiver_storage::{
-    canonical_schema, read_image, write_image, ColumnKind, FieldType, LogIndex, Storage,
-    StorageConfig, TableKey, TableSource,
+    canonical_schema, read_image, write_image, ColumnKind, FieldType, LogIndex, Storage, TableKey,
+    TableSource,
 };
 
 fn batch(hosts: &[&str], times: &[i64], values: &[f64]) -> RecordBatch {
@@ -35,15 +36,6 @@ fn rows_in(storage: &Storage, db: &str, m: &str) -> (usize, usize) {
         t.memory.iter().map(|b| b.num_rows()).sum(),
         t.files.all().iter().map(|f| f.rows as usize).sum(),
     )
-}
-
-async fn open(dir: &std::path::Path) -> Storage {
-    Storage::open(StorageConfig {
-        dir: dir.to_path_buf(),
-        ..StorageConfig::default()
-    })
-    .await
-    .unwrap()
 }
 
 #[tokio::test]
