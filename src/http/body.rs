@@ -118,6 +118,15 @@ async fn discard_stream(
     }
 }
 
+/// `body` parsed as JSON into `T`, or a 400 that shows what a valid body looks like.
+pub fn json_body<T: for<'de> serde::Deserialize<'de>>(
+    body: &[u8],
+    example: &str,
+) -> Result<T, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("body must be JSON like {example}: {e}")))
+}
+
 /// Decompresses gzip or zstd bodies (by `Content-Encoding` or magic bytes) and snappy
 /// blocks (by `Content-Encoding: snappy`), refusing output beyond `bytes_max` (413)
 /// without ever holding more than that.

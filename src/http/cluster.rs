@@ -12,6 +12,7 @@ use quiver_raft::WriteError;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::body::json_body;
 use super::error::ApiError;
 use super::AppState;
 use crate::auth::Permission;
@@ -109,11 +110,6 @@ fn admin(
     Ok(())
 }
 
-fn parse<T: for<'de> Deserialize<'de>>(body: &[u8], example: &str) -> Result<T, ApiError> {
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("body must be JSON like {example}: {e}")))
-}
-
 fn membership_error(e: WriteError) -> ApiError {
     match e {
         WriteError::NotLeader { .. } => ApiError::overloaded(
@@ -134,7 +130,7 @@ pub async fn cluster_add_learner(
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     admin(&app, &headers, &params)?;
-    let request: AddLearner = parse(&body, r#"{"node_id": 4, "addr": "http://host:8000"}"#)?;
+    let request: AddLearner = json_body(&body, r#"{"node_id": 4, "addr": "http://host:8000"}"#)?;
     if request.node_id == 0 {
         return Err(ApiError::bad_request("node_id must be at least 1"));
     }
@@ -153,7 +149,7 @@ pub async fn cluster_promote(
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     admin(&app, &headers, &params)?;
-    let request: NodeIds = parse(&body, r#"{"node_ids": [4]}"#)?;
+    let request: NodeIds = json_body(&body, r#"{"node_ids": [4]}"#)?;
     let add: BTreeSet<u64> = request.node_ids.into_iter().collect();
     app.node
         .change_voters(add, BTreeSet::new())
@@ -170,7 +166,7 @@ pub async fn cluster_remove(
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     admin(&app, &headers, &params)?;
-    let request: NodeIds = parse(&body, r#"{"node_ids": [3]}"#)?;
+    let request: NodeIds = json_body(&body, r#"{"node_ids": [3]}"#)?;
     let remove: BTreeSet<u64> = request.node_ids.into_iter().collect();
     app.node
         .change_voters(BTreeSet::new(), remove)

@@ -16,6 +16,7 @@ use quiver_storage::{
 use serde::Deserialize;
 use serde_json::json;
 
+use super::body::json_body;
 use super::error::ApiError;
 use super::tokens::commit;
 use super::AppState;
@@ -76,11 +77,10 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     app.auth
         .check_request(&headers, &params, Permission::Admin)?;
-    let request: NewContinuousQuery = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::bad_request(format!(
-            "body must be JSON like {{\"name\": \"cpu_1h\", \"database\": \"db\", \"query\": \"SELECT time_bucket(INTERVAL '1 hour', time) AS time, host, avg(value) AS value FROM cpu GROUP BY 1, 2\", \"into\": \"cpu_1h\", \"every\": \"1h\", \"lag\": \"5m\"}}: {e}"
-        ))
-    })?;
+    let request: NewContinuousQuery = json_body(
+        &body,
+        r#"{"name": "cpu_1h", "database": "db", "query": "SELECT time_bucket(INTERVAL '1 hour', time) AS time, host, avg(value) AS value FROM cpu GROUP BY 1, 2", "into": "cpu_1h", "every": "1h", "lag": "5m"}"#,
+    )?;
     validate_database_name(&request.name)
         .map_err(|e| ApiError::bad_request(format!("name: {e}")))?;
     validate_database_name(&request.database).map_err(|e| ApiError::bad_request(e.to_string()))?;

@@ -19,6 +19,7 @@ use quiver_storage::{
 use serde::Deserialize;
 use serde_json::json;
 
+use super::body::json_body;
 use super::error::ApiError;
 use super::write::write_error;
 use super::AppState;
@@ -43,11 +44,10 @@ pub async fn delete(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     app.auth
         .check_request(&headers, &params, Permission::Admin)?;
-    let request: DeleteRequest = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::bad_request(format!(
-            "body must be JSON like {{\"database\": \"db\", \"measurement\": \"cpu\", \"where\": \"host = 'a' AND time < '2026-01-02T00:00:00Z'\"}}: {e}"
-        ))
-    })?;
+    let request: DeleteRequest = json_body(
+        &body,
+        r#"{"database": "db", "measurement": "cpu", "where": "host = 'a' AND time < '2026-01-02T00:00:00Z'"}"#,
+    )?;
     validate_database_name(&request.database).map_err(|e| ApiError::bad_request(e.to_string()))?;
     validate_measurement_name(&request.measurement)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;

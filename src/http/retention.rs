@@ -16,6 +16,7 @@ use quiver_storage::{
 use serde::Deserialize;
 use serde_json::json;
 
+use super::body::json_body;
 use super::error::ApiError;
 use super::tokens::commit;
 use super::AppState;
@@ -53,11 +54,10 @@ pub async fn set(
     app.auth
         .check_request(&headers, &params, Permission::Admin)?;
     validate_database_name(&database).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let request: SetRetention = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::bad_request(format!(
-            "body must be JSON like {{\"duration\": \"30d\"}} or {{\"duration\": \"7d\", \"measurement\": \"cpu\"}}: {e}"
-        ))
-    })?;
+    let request: SetRetention = json_body(
+        &body,
+        r#"{"duration": "30d"} or {"duration": "7d", "measurement": "cpu"}"#,
+    )?;
     if let Some(m) = &request.measurement {
         validate_measurement_name(m).map_err(|e| ApiError::bad_request(e.to_string()))?;
     }

@@ -14,6 +14,7 @@ use quiver_storage::{PolicyChange, PolicyOutcome, Scope, TokenRecord};
 use serde::Deserialize;
 use serde_json::json;
 
+use super::body::json_body;
 use super::error::ApiError;
 use super::AppState;
 use crate::auth::{generate_token, hash, Permission};
@@ -56,11 +57,10 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     app.auth
         .check_request(&headers, &params, Permission::Admin)?;
-    let request: NewToken = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::bad_request(format!(
-            "body must be JSON like {{\"name\": \"telegraf\", \"scopes\": [\"write\"], \"databases\": [\"metrics\"]}}: {e}"
-        ))
-    })?;
+    let request: NewToken = json_body(
+        &body,
+        r#"{"name": "telegraf", "scopes": ["write"], "databases": ["metrics"]}"#,
+    )?;
     if request.scopes.is_empty() {
         return Err(ApiError::bad_request(
             "scopes must name at least one of read, write, admin",
