@@ -213,6 +213,27 @@ mod tests {
     }
 
     #[test]
+    fn a_json_body_that_does_not_parse_is_a_400_showing_a_valid_one() {
+        #[derive(serde::Deserialize)]
+        struct Ids {
+            node_ids: Vec<u64>,
+        }
+        let example = r#"{"node_ids": [4]}"#;
+        let ids: Ids = json_body(br#"{"node_ids": [1, 2]}"#, example).unwrap();
+        assert_eq!(ids.node_ids, [1, 2]);
+        let Err(err) = json_body::<Ids>(br#"{"node_ids": "4"}"#, example) else {
+            panic!("a string where numbers belong must not parse");
+        };
+        assert_eq!(err.status, StatusCode::BAD_REQUEST);
+        assert!(
+            err.message
+                .starts_with(r#"body must be JSON like {"node_ids": [4]}: "#),
+            "{}",
+            err.message
+        );
+    }
+
+    #[test]
     fn gzip_and_zstd_are_detected_by_magic() {
         let h = HeaderMap::new();
         assert_eq!(
