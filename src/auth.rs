@@ -71,6 +71,12 @@ impl Grant {
         }
     }
 
+    /// Whether the grant reaches every database (node-wide details such as file paths
+    /// are shown only then).
+    pub fn all_databases(&self) -> bool {
+        self.databases.is_none()
+    }
+
     /// The databases a query with this grant may read.
     pub fn query_access(&self) -> QueryAccess {
         match &self.databases {

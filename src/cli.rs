@@ -18,6 +18,10 @@ pub struct Cli {
 pub enum Command {
     /// Run a node (defaults: 127.0.0.1:8000, ./quiver-data, a single-voter cluster).
     Serve(ServeArgs),
+    /// After a lost disk or WAL volume, with the node stopped and the settings it serves
+    /// with: adopt the Parquet files under its directory or bucket prefix (a single
+    /// node), or claim the prefix (a cluster member, whose peers send the rest).
+    Restore(ServeArgs),
     /// Cluster membership and status.
     Cluster {
         /// What to do.

@@ -233,6 +233,10 @@ pub struct StorageSection {
     /// Local disk for whole files queries read from the bucket (0 = none; footers are
     /// cached in memory either way, `query.footer_cache_bytes_max`).
     pub cache_bytes_max: u64,
+    /// How often a node rewrites the owner marker of its bucket prefix. A node that
+    /// finds another data directory's marker watches it for 2.5 beats before deciding
+    /// that writer stopped (docs/operations.md, "A lost disk").
+    pub object_store_owner_beat_ms: u64,
 }
 
 impl Default for StorageSection {
@@ -258,6 +262,7 @@ impl Default for StorageSection {
             object_store_allow_http: false,
             object_store_timeout_ms: 30_000,
             cache_bytes_max: 0,
+            object_store_owner_beat_ms: quiver_storage::OWNER_BEAT_MS_DEFAULT,
         }
     }
 }
@@ -439,6 +444,9 @@ impl Config {
                 timeout_ms: s.object_store_timeout_ms,
                 node_id: self.cluster.node_id,
                 cache_bytes_max: s.cache_bytes_max,
+                clustered: self.peers().is_ok_and(|p| p.len() > 1),
+                owner_beat_ms: s.object_store_owner_beat_ms,
+                adopt: false,
             })
     }
 }
@@ -738,6 +746,10 @@ impl Config {
             (
                 "storage.object_store_timeout_ms",
                 self.storage.object_store_timeout_ms,
+            ),
+            (
+                "storage.object_store_owner_beat_ms",
+                self.storage.object_store_owner_beat_ms,
             ),
             ("query.timeout_ms", self.query.timeout_ms),
             (

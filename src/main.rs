@@ -10,6 +10,7 @@ mod flight;
 mod http;
 mod node;
 mod pg;
+mod restore_cli;
 mod telemetry;
 mod tls;
 mod verify;
@@ -24,6 +25,7 @@ fn main() {
     tls::install_default_provider();
     let result = match cli.command {
         Command::Serve(args) => run_serve(args),
+        Command::Restore(args) => run_restore(args),
         Command::Cluster { command } => run_async(cluster_cli::run(command)),
         Command::Verify(args) => run_async(verify::run(args)),
         Command::Sizing {
@@ -58,6 +60,19 @@ fn run_async<F: std::future::Future<Output = anyhow::Result<()>>>(f: F) -> anyho
 }
 
 fn run_serve(args: cli::ServeArgs) -> anyhow::Result<()> {
+    let config = load_config(args)?;
+    telemetry::init_logging(&config.log.level);
+    run_async(node::serve(config))
+}
+
+fn run_restore(args: cli::ServeArgs) -> anyhow::Result<()> {
+    let config = load_config(args)?;
+    telemetry::init_logging(&config.log.level);
+    run_async(restore_cli::run(config))
+}
+
+/// The configuration `serve` and `restore` share: file, then environment, then flags.
+fn load_config(args: cli::ServeArgs) -> anyhow::Result<Config> {
     // QUIVER_AUTH_ENABLED=false reaches auth.enabled through the environment layer.
     let auth_disabled = match args.auth.as_deref() {
         None => false,
@@ -77,7 +92,5 @@ fn run_serve(args: cli::ServeArgs) -> anyhow::Result<()> {
         tls_key: args.tls_key,
         tls_ca: args.tls_ca,
     };
-    let config = Config::load(args.config.as_deref(), std::env::vars(), &overrides)?;
-    telemetry::init_logging(&config.log.level);
-    run_async(node::serve(config))
+    Config::load(args.config.as_deref(), std::env::vars(), &overrides)
 }

@@ -43,29 +43,7 @@ pub async fn serve(config: Config) -> Result<()> {
         tracing::warn!("wal.sync = none: the log is never fsynced; acknowledged writes can be lost on an OS crash or power loss. For benchmarks only.");
     }
     let data_dir = config.storage.dir.clone();
-    let storage_config = StorageConfig {
-        dir: data_dir.clone(),
-        flush_rows_max: config.storage.flush_rows_max,
-        flush_bytes_max: config.storage.flush_bytes_max,
-        flush_age_ms: config.storage.flush_age_ms,
-        flush_idle_ms: config.storage.flush_idle_ms,
-        flush_idle_bytes_min: config.storage.flush_idle_bytes_min,
-        memory_bytes_max: config.storage.memory_bytes_max,
-        parquet: ParquetSettings {
-            zstd_level: config.storage.parquet_zstd_level,
-            row_group_rows_max: config.storage.parquet_row_group_rows_max,
-            page_rows_max: config.storage.parquet_page_rows_max,
-        },
-        compaction: CompactionSettings {
-            enabled: config.compaction.enabled,
-            hour_files_min: config.compaction.hour_files_min,
-            closed_after_ms: config.compaction.closed_after_ms,
-            day_file_bytes_max: config.compaction.day_file_bytes_max,
-            memory_bytes_max: config.compaction.memory_bytes_max,
-            input_grace_ms: config.compaction.input_grace_ms,
-        },
-        object_store: config.bucket(),
-    };
+    let storage_config = storage_config(&config);
     // Held until this function returns, which is when the process stops serving.
     let _dir_locks = crate::dir_lock::lock_dirs(&data_dir, &config.wal_dir())?;
     // The newest snapshot says which Parquet files are live; read it before storage.
@@ -128,6 +106,10 @@ pub async fn serve(config: Config) -> Result<()> {
     // million file descriptions (3.7 KB per file resident, about half of it freed).
     quiver_storage::heap::release_freed_memory();
     let mut background = node.spawn_background();
+    background.push(tokio::spawn({
+        let storage = storage.clone();
+        async move { storage.keep_bucket_claim().await }
+    }));
     background.push(tokio::spawn(quiver_storage::heap::release_after_frees(
         storage.memory_freed_signal(),
     )));
@@ -271,6 +253,33 @@ pub async fn serve(config: Config) -> Result<()> {
     tracing::info!("stopping: in-flight requests finished");
     node.shutdown().await;
     Ok(())
+}
+
+/// The storage settings of `config` (also what `quiver restore` opens).
+pub fn storage_config(config: &Config) -> StorageConfig {
+    StorageConfig {
+        dir: config.storage.dir.clone(),
+        flush_rows_max: config.storage.flush_rows_max,
+        flush_bytes_max: config.storage.flush_bytes_max,
+        flush_age_ms: config.storage.flush_age_ms,
+        flush_idle_ms: config.storage.flush_idle_ms,
+        flush_idle_bytes_min: config.storage.flush_idle_bytes_min,
+        memory_bytes_max: config.storage.memory_bytes_max,
+        parquet: ParquetSettings {
+            zstd_level: config.storage.parquet_zstd_level,
+            row_group_rows_max: config.storage.parquet_row_group_rows_max,
+            page_rows_max: config.storage.parquet_page_rows_max,
+        },
+        compaction: CompactionSettings {
+            enabled: config.compaction.enabled,
+            hour_files_min: config.compaction.hour_files_min,
+            closed_after_ms: config.compaction.closed_after_ms,
+            day_file_bytes_max: config.compaction.day_file_bytes_max,
+            memory_bytes_max: config.compaction.memory_bytes_max,
+            input_grace_ms: config.compaction.input_grace_ms,
+        },
+        object_store: config.bucket(),
+    }
 }
 
 /// How often the watchdog looks at Raft's state.

@@ -8,6 +8,7 @@ use chrono::{DateTime, NaiveDate, NaiveDateTime};
 use datafusion::sql::sqlparser::ast::{BinaryOperator, Expr, UnaryOperator, Value};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
+use datafusion::sql::sqlparser::tokenizer::Token;
 use quiver_storage::lifecycle::{DeletePredicate, TagCondition, TagOp};
 use quiver_storage::{TimestampNs, TIME_COLUMN};
 
@@ -32,10 +33,24 @@ pub fn parse_delete_where(
     if text.trim().is_empty() {
         return Ok(predicate);
     }
-    let expr = Parser::new(&GenericDialect {})
+    let mut parser = Parser::new(&GenericDialect {})
         .try_with_sql(text)
-        .and_then(|mut p| p.parse_expr())
         .map_err(|e| format!("the predicate does not parse: {e}"))?;
+    let expr = parser
+        .parse_expr()
+        .map_err(|e| format!("the predicate does not parse: {e}"))?;
+    // The expression must be the whole text: `a = 'x' b = 'y'` (a missing AND) parses
+    // as `a = 'x'` followed by leftovers, and deleting by the first part alone would
+    // delete more than the text says.
+    let rest = parser.peek_token();
+    if rest.token != Token::EOF {
+        let at = rest.span.start;
+        return Err(format!(
+            "unexpected `{}` at line {}, column {}: the predicate must be one condition or \
+             conditions joined by AND",
+            rest.token, at.line, at.column
+        ));
+    }
     let context = Context { tags, fields };
     context.add(&expr, &mut predicate)?;
     Ok(predicate)
@@ -346,6 +361,88 @@ mod tests {
         ] {
             let e = parse(text).unwrap_err();
             assert!(e.contains(named), "{text}: {e}");
+        }
+    }
+
+    /// Regressions: text the grammar does not wholly consume was deleted by its first
+    /// part (all 30 `eu` rows for the first, every `host = 'a'` row for the second).
+    #[test]
+    fn leftovers_after_the_predicate_are_refused_naming_where() {
+        for (text, at) in [
+            ("region = 'eu' host = 'a'", "`host` at line 1, column 15"),
+            ("host = 'a', region = 'us'", "`,` at line 1, column 11"),
+            (
+                "region = 'eu' AND host = 'a' garbage",
+                "`garbage` at line 1, column 30",
+            ),
+            ("time < 5)", "`)` at line 1, column 9"),
+            ("host = 'a'; DROP TABLE x", "`;`"),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.contains(at), "{text}: {e}");
+        }
+    }
+
+    use proptest::prelude::*;
+
+    /// One condition of a valid predicate.
+    fn condition() -> impl Strategy<Value = String> {
+        prop_oneof![
+            ("(host|region)", "[a-z]{1,4}").prop_map(|(t, v)| format!("{t} = '{v}'")),
+            ("(host|region)", "[a-z]{1,4}").prop_map(|(t, v)| format!("{t} != '{v}'")),
+            (
+                "(host|region)",
+                proptest::collection::vec("[a-z]{1,3}", 1..3)
+            )
+                .prop_map(|(t, vs)| {
+                    let list: Vec<String> = vs.iter().map(|v| format!("'{v}'")).collect();
+                    format!("{t} IN ({})", list.join(", "))
+                }),
+            (0i64..1_000_000).prop_map(|t| format!("time < {t}")),
+            (0i64..1_000_000).prop_map(|t| format!("time >= {t}")),
+        ]
+    }
+
+    /// Text that cannot continue a predicate: words, another condition without AND,
+    /// punctuation.
+    fn junk() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-z]{1,8}".prop_filter("AND joins conditions", |w| w != "and"),
+            condition(),
+            condition().prop_map(|c| format!(", {c}")),
+            Just(";".to_string()),
+            Just(")".to_string()),
+            Just("'x'".to_string()),
+            Just("42".to_string()),
+        ]
+    }
+
+    proptest! {
+        /// A valid predicate with junk appended, or with junk in place of one of its
+        /// ANDs, is refused: never read as a shorter (broader) predicate.
+        #[test]
+        fn junk_appended_or_inserted_is_refused(
+            conditions in proptest::collection::vec(condition(), 1..4),
+            junk in junk(),
+            at in any::<proptest::sample::Index>(),
+        ) {
+            let valid = conditions.join(" AND ");
+            prop_assert!(parse(&valid).is_ok(), "{}", valid);
+            let appended = format!("{valid} {junk}");
+            prop_assert!(parse(&appended).is_err(), "{}", appended);
+            if conditions.len() > 1 {
+                let gap = at.index(conditions.len() - 1);
+                let mut text = String::new();
+                for (i, c) in conditions.iter().enumerate() {
+                    text.push_str(c);
+                    if i == gap {
+                        text.push_str(&format!(" {junk} "));
+                    } else if i + 1 < conditions.len() {
+                        text.push_str(" AND ");
+                    }
+                }
+                prop_assert!(parse(&text).is_err(), "{}", text);
+            }
         }
     }
 }

@@ -35,6 +35,11 @@ pub struct WriteCommand {
     /// (`retention.default` of the node that encoded it).
     #[serde(default)]
     pub new_database_retention_ns: Option<i64>,
+    /// Set by the leader as it proposes the entry (0: not yet): lets the proposer tell,
+    /// when openraft answers "forward to leader", whether its entry was appended here
+    /// and later removed (outcome unknown, 504) or never appended (nothing written).
+    #[serde(default)]
+    pub proposal: u64,
 }
 
 impl WriteCommand {
@@ -59,6 +64,7 @@ impl WriteCommand {
             database: database.to_string(),
             tables,
             new_database_retention_ns: None,
+            proposal: 0,
         })
     }
 
@@ -126,6 +132,33 @@ pub struct DeleteCommand {
     pub table: TableKey,
     /// Which rows.
     pub predicate: DeletePredicate,
+    /// See [`WriteCommand::proposal`].
+    #[serde(default)]
+    pub proposal: u64,
+}
+
+impl Command {
+    /// Gives a client's write or delete a fresh proposal id (see
+    /// [`WriteCommand::proposal`]) and returns it; `None` for other commands, which a
+    /// proposer may simply propose again.
+    pub(crate) fn stamp_proposal(&mut self) -> Option<u64> {
+        let slot = match self {
+            Command::Write(w) => &mut w.proposal,
+            Command::Delete(d) => &mut d.proposal,
+            _ => return None,
+        };
+        *slot = rand::random::<u64>() | 1;
+        Some(*slot)
+    }
+
+    /// The proposal id a leader gave this entry, if any.
+    pub(crate) fn proposal(&self) -> Option<u64> {
+        match self {
+            Command::Write(w) if w.proposal != 0 => Some(w.proposal),
+            Command::Delete(d) if d.proposal != 0 => Some(d.proposal),
+            _ => None,
+        }
+    }
 }
 
 impl std::fmt::Display for Command {

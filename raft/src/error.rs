@@ -26,6 +26,27 @@ pub enum Error {
     /// openraft failed.
     #[error("raft: {0}")]
     Raft(#[from] openraft::error::Fatal<NodeId>),
+    /// A single node's log directory holds no log while its data directory has one
+    /// behind it (see `node::refuse_a_lost_log_alone`).
+    #[error(
+        "wal.dir {wal_dir} holds no log, but storage.dir {data_dir} was used with one{}: \
+         the WAL volume was lost or is not mounted. If it is not mounted, mount it and start \
+         again. If it is lost, run `quiver restore` with the same settings: it adopts the \
+         Parquet files and starts the log after them (rows never flushed are lost). Nothing \
+         was changed",
+        snapshot.map(|s| format!(" (its snapshot reaches log index {s})")).unwrap_or_default()
+    )]
+    LogLost {
+        /// The WAL directory.
+        wal_dir: String,
+        /// The data directory.
+        data_dir: String,
+        /// The newest snapshot's index, if there is one.
+        snapshot: Option<u64>,
+    },
+    /// The Parquet files could not be read or claimed (`quiver restore`).
+    #[error("{0}")]
+    Files(#[from] quiver_storage::Error),
 }
 
 /// Why a proposal was not committed. Nothing of it was appended to the log, except

@@ -20,6 +20,7 @@ mod network;
 mod node;
 mod peer_client;
 mod recovery;
+mod restore;
 mod snapshot_file;
 mod state_machine;
 mod types;
@@ -33,13 +34,17 @@ pub use error::{Error, WriteError};
 pub use file_transfer::{is_servable_path, FILES_PATH};
 pub use forward::{LeaderAnswer, LeaderRequest, FORWARD_PATH};
 pub use log_store::LogStore;
-pub use network::{paths as raft_paths, HttpNetworkFactory, HttpPeer, ReplicationLimits};
+pub use network::{
+    paths as raft_paths, HttpNetworkFactory, HttpPeer, ReplicationLimits, Takers,
+    ENTRIES_REFUSED_PREFIX,
+};
 pub use node::{PeerState, RaftConfig, RaftNode, Seams, PEER_STATE_PATH};
 pub use peer_client::{
     base_url, peer_base_url, secret_matches, PeerClient, PeerError, PeerTls, PeerTransport,
     INTERNAL_CONTENT_TYPE, SECRET_HEADER,
 };
 pub use recovery::Recovered;
+pub use restore::{restore, RestoreReport, RestoreSettings};
 pub use state_machine::{SnapshotBuilder, StateMachine};
 pub use types::{
     Entry, LogId, NodeId, Raft, SnapshotMeta, StorageError, StoredMembership, TypeConfig, Vote,

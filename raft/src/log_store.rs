@@ -26,7 +26,8 @@ use crate::types::{Entry, LogId, StorageError, TypeConfig, Vote};
 
 /// Bytes of decoded entries kept in memory for apply and replication.
 const CACHE_BYTES_MAX: usize = 256 * 1024 * 1024;
-const VOTE_FILE: &str = "raft-vote";
+/// The vote's file in the WAL directory.
+pub(crate) const VOTE_FILE: &str = "raft-vote";
 /// The purge point's file in the WAL directory.
 pub(crate) const PURGED_FILE: &str = "raft-purged";
 const COMMITTED_FILE: &str = "raft-committed";
@@ -41,6 +42,8 @@ struct Inner {
     wal: Wal,
     dir: PathBuf,
     committed_at_open: Option<u64>,
+    /// The newest entry's index (or the purge point) when the log opened.
+    last_at_open: Option<u64>,
     state: Mutex<State>,
 }
 
@@ -56,6 +59,34 @@ struct State {
     commit_floor: Option<LogId>,
     cache: BTreeMap<u64, (Entry, usize)>,
     cache_bytes: usize,
+    /// Proposals waiting for their outcome (see [`LogStore::track`]): whether each was
+    /// appended here. Bounded by the proposals in flight; each leaves with its guard.
+    tracked: std::collections::HashMap<u64, bool>,
+}
+
+/// A proposal [`LogStore::track`] watches; stops watching when dropped.
+pub(crate) struct TrackedProposal {
+    inner: Arc<Inner>,
+    id: u64,
+}
+
+impl TrackedProposal {
+    /// Whether this log appended the proposal's entry (it may since have been removed).
+    pub(crate) fn appended(&self) -> bool {
+        self.inner
+            .state
+            .lock()
+            .tracked
+            .get(&self.id)
+            .copied()
+            .unwrap_or(false)
+    }
+}
+
+impl Drop for TrackedProposal {
+    fn drop(&mut self) {
+        self.inner.state.lock().tracked.remove(&self.id);
+    }
 }
 
 fn read_err(e: impl std::error::Error + Send + Sync + 'static) -> StorageError {
@@ -147,6 +178,7 @@ impl LogStore {
                 wal,
                 dir: dir.to_path_buf(),
                 committed_at_open,
+                last_at_open: last_log_id.map(|l| l.index),
                 state: Mutex::new(State {
                     last_purged,
                     last_log_id,
@@ -188,6 +220,26 @@ impl LogStore {
     /// before the node is ready.
     pub fn committed_at_open(&self) -> Option<u64> {
         self.inner.committed_at_open
+    }
+
+    /// The index of the newest entry the log held when it opened (or its purge point):
+    /// with the snapshot's, how far what the node held at start reaches (see
+    /// `Storage::sweep`).
+    pub fn last_index_at_open(&self) -> Option<u64> {
+        self.inner.last_at_open
+    }
+
+    /// Watches whether the entry carrying proposal `id` is appended to this log. openraft
+    /// answers a proposal "forward to leader" both when this node did not lead (nothing
+    /// appended: the proposal may go to the leader) and when its entry was appended and
+    /// then removed by a new leader (it may still be committed by another node: the
+    /// outcome is unknown); only this tells the two apart.
+    pub(crate) fn track(&self, id: u64) -> TrackedProposal {
+        self.inner.state.lock().tracked.insert(id, false);
+        TrackedProposal {
+            inner: self.inner.clone(),
+            id,
+        }
     }
 
     /// Drops cached entries at or below `index`, which the caller knows are applied here
@@ -281,6 +333,17 @@ pub(crate) fn reset_points(dir: &Path, snapshot: Option<LogId>) -> Result<(), Er
         None => remove_durably(&dir.join(PURGED_FILE))?,
     }
     remove_durably(&dir.join(COMMITTED_FILE))
+}
+
+/// Makes the vote in `dir` at least `vote` (a restored node must not go back to a term
+/// below its snapshot's), durably.
+pub(crate) fn write_vote_at_least(dir: &Path, vote: Vote) -> Result<(), Error> {
+    let path = dir.join(VOTE_FILE);
+    let current: Option<Vote> = read_durable(&path).map_err(Error::PurgePoint)?;
+    if current.is_some_and(|c| c.leader_id().term >= vote.leader_id().term) {
+        return Ok(());
+    }
+    write_durable(&path, &vote, true).map_err(Error::PurgePoint)
 }
 
 fn remove_durably(path: &Path) -> Result<(), Error> {
@@ -450,6 +513,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                     continue;
                 }
                 records.push((entry.log_id.index, encode(&entry)?));
+                if let EntryPayload::Normal(command) = &entry.payload {
+                    if let Some(seen) = command.proposal().and_then(|id| state.tracked.get_mut(&id))
+                    {
+                        *seen = true;
+                    }
+                }
                 state.last_log_id = Some(entry.log_id);
                 Self::cache_insert(&mut state, entry);
             }

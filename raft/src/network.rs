@@ -75,6 +75,40 @@ pub(crate) fn entry_wire_bytes(entry: &Entry) -> usize {
     }
 }
 
+/// What a follower answering 503 to entries (not to heartbeats) puts first in its
+/// reason: it cannot take entries now (a volume under its watermark, full buffers).
+pub const ENTRIES_REFUSED_PREFIX: &str = "entries refused: ";
+
+/// Followers that refuse entries now, and why (learned from their answers; cleared
+/// by the next entries they take). The leader refuses writes when too few voters can
+/// take them (see `RaftNode::takers_refusal`).
+#[derive(Clone, Default)]
+pub struct Takers(Arc<Mutex<HashMap<NodeId, String>>>);
+
+impl Takers {
+    /// The followers refusing entries now, with their reasons.
+    pub fn refusing(&self) -> Vec<(NodeId, String)> {
+        let mut out: Vec<(NodeId, String)> =
+            self.0.lock().iter().map(|(k, v)| (*k, v.clone())).collect();
+        out.sort();
+        out
+    }
+
+    pub(crate) fn refused(&self, node: NodeId, reason: &str) {
+        let mut refusing = self.0.lock();
+        if !refusing.contains_key(&node) {
+            tracing::warn!(follower = node, %reason, "a follower refuses entries");
+        }
+        refusing.insert(node, reason.to_string());
+    }
+
+    pub(crate) fn took(&self, node: NodeId) {
+        if self.0.lock().remove(&node).is_some() {
+            tracing::info!(follower = node, "the follower takes entries again");
+        }
+    }
+}
+
 /// Builds [`HttpPeer`] connections.
 #[derive(Clone)]
 pub struct HttpNetworkFactory {
@@ -82,16 +116,24 @@ pub struct HttpNetworkFactory {
     client: PeerClient,
     limits: ReplicationLimits,
     in_flight: Arc<Mutex<HashMap<NodeId, InFlight>>>,
+    takers: Takers,
 }
 
 impl HttpNetworkFactory {
-    /// Connections from node `source` presenting the client's secret.
-    pub fn new(source: NodeId, client: PeerClient, limits: ReplicationLimits) -> Self {
+    /// Connections from node `source` presenting the client's secret; followers'
+    /// refusals of entries are recorded in `takers`.
+    pub fn new(
+        source: NodeId,
+        client: PeerClient,
+        limits: ReplicationLimits,
+        takers: Takers,
+    ) -> Self {
         HttpNetworkFactory {
             source,
             client,
             limits,
             in_flight: Arc::default(),
+            takers,
         }
     }
 }
@@ -104,6 +146,7 @@ pub struct HttpPeer {
     client: PeerClient,
     limits: ReplicationLimits,
     in_flight: Arc<Mutex<HashMap<NodeId, InFlight>>>,
+    takers: Takers,
 }
 
 impl RaftNetworkFactory<TypeConfig> for HttpNetworkFactory {
@@ -117,6 +160,7 @@ impl RaftNetworkFactory<TypeConfig> for HttpNetworkFactory {
             client: self.client.clone(),
             limits: self.limits,
             in_flight: self.in_flight.clone(),
+            takers: self.takers.clone(),
         }
     }
 }
@@ -318,6 +362,23 @@ impl RaftNetwork<TypeConfig> for HttpPeer {
             }
         };
         self.finished(sent_last);
+        match &outcome {
+            TransferOutcome::Answered(result) if result.is_ok() => self.takers.took(self.target),
+            TransferOutcome::Failed(e) => {
+                if let PeerError::Protocol {
+                    status: Some(503),
+                    message,
+                    ..
+                } = e.as_ref()
+                {
+                    if let Some(at) = message.find(ENTRIES_REFUSED_PREFIX) {
+                        let reason = &message[at + ENTRIES_REFUSED_PREFIX.len()..];
+                        self.takers.refused(self.target, reason);
+                    }
+                }
+            }
+            TransferOutcome::Answered(_) => {}
+        }
         match outcome {
             TransferOutcome::Answered(result) => match result.as_ref() {
                 Ok(AppendEntriesResponse::Success) if sent_last < asked_last => {

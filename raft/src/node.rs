@@ -24,7 +24,7 @@ use crate::command::{Command, CommandResult, FlushCommand, WriteCommand};
 use crate::error::{Error, WriteError};
 use crate::forward::{LeaderAnswer, LeaderRequest, FORWARD_PATH};
 use crate::log_store::LogStore;
-use crate::network::{HttpNetworkFactory, ReplicationLimits};
+use crate::network::{HttpNetworkFactory, ReplicationLimits, Takers};
 use crate::peer_client::{PeerClient, PeerError, PeerTls};
 use crate::recovery::Recovered;
 use crate::state_machine::StateMachine;
@@ -52,6 +52,8 @@ const BOOTSTRAP_PROBE_INTERVAL_MS: u64 = 250;
 const BOOTSTRAP_LOG_EVERY_ROUNDS: u64 = 40;
 /// How often a flush waiting for disk space checks again.
 const DISK_RECHECK_MS: u64 = 500;
+/// How often the leader asks its followers whether they take entries.
+const TAKERS_POLL_MS: u64 = 500;
 
 /// Settings of the Raft layer (the `[raft]` and `[wal]` sections).
 #[derive(Debug, Clone)]
@@ -124,8 +126,14 @@ impl Default for RaftConfig {
 /// entries it had acknowledged, standing with a peer behind it, would win without them
 /// (the cluster simulation found a wiped node elected at index 74 after 76 had been
 /// committed with its old self in the majority, seed 59).
-fn stand_for_election_when_allowed(raft: &Raft, barrier: &VoteBarrier) {
-    raft.runtime_config().elect(barrier.refusal().is_none());
+///
+/// Nor while it refuses entries (its disk or buffers, see `RaftNode::note_takes_entries`):
+/// a follower that refuses the entries a leader sends never hears a heartbeat (a
+/// lagging follower's heartbeats carry entries), and its elections would depose the
+/// leader every election timeout.
+fn stand_for_election_when_allowed(raft: &Raft, barrier: &VoteBarrier, refusing: &AtomicBool) {
+    raft.runtime_config()
+        .elect(barrier.refusal().is_none() && !refusing.load(Ordering::Relaxed));
 }
 
 /// A node whose log was purged past its newest snapshot (see
@@ -167,6 +175,107 @@ fn start_over(
     Ok(())
 }
 
+/// A single node whose log directory is new while its data directory is not (it holds
+/// a snapshot, or was marked by an earlier start) lost its log, or runs without the
+/// volume it lives on: starting would begin a new log at index 1, whose files would
+/// take the names (log ranges) of files the old log wrote, and whose indexes would make
+/// those files look covered, so a later start's sweep would delete them as garbage. It
+/// has no peer to catch up from: the operator decides (mount the volume, or `quiver
+/// restore`, which starts the log after the files). A member of a cluster is sent the
+/// cluster's own log by its leader, so its files keep their meaning.
+fn refuse_a_lost_log_alone(config: &RaftConfig, recovered: &Recovered) -> Result<(), Error> {
+    if config.peers.len() > 1 {
+        return Ok(());
+    }
+    let wal_known = VoteBarrier::directory_known(&config.wal.dir, config.node_id)?;
+    let data_known = VoteBarrier::directory_known(&config.data_dir, config.node_id)?;
+    let snapshot = recovered.snapshot_last_log_id();
+    if wal_known || !(data_known || snapshot.is_some()) {
+        return Ok(());
+    }
+    Err(Error::LogLost {
+        wal_dir: config.wal.dir.display().to_string(),
+        data_dir: config.data_dir.display().to_string(),
+        snapshot: snapshot.map(|l| l.index),
+    })
+}
+
+/// A member whose log lost entries it may have acknowledged must not vote until it has
+/// them again (see [`VoteBarrier`]). The static voter set's own path (an empty log in a
+/// new directory, below) covers the initial voters; this covers the others:
+///
+/// * a member added later (`add-learner`, `promote`) that lost its data starts with
+///   an empty log in a new directory, and nothing in its settings says it is a voter:
+///   its peers do. Closed when a peer lists it among the voters, or when no peer
+///   answers (it cannot tell, so it assumes the worst);
+/// * a node restored from an old copy of its disks starts on a known directory with a
+///   log shorter than what it acknowledged: the leader's replication state says how far
+///   it had matched. Closed when the log ends before that (also after a `wal.sync =
+///   batch` power loss that lost acknowledged entries).
+///
+/// Peers are asked at once, each within [`BOOTSTRAP_PROBE_TIMEOUT_MS`]; the node serves
+/// no vote before this returns.
+async fn close_barrier_if_votes_were_lost(
+    config: &RaftConfig,
+    peers: &PeerClient,
+    raft: &Raft,
+    barrier: &VoteBarrier,
+    known: bool,
+    initialized: bool,
+) -> Result<(), Error> {
+    let static_voter = config.peers.iter().any(|(id, _)| *id == config.node_id);
+    if (!known && static_voter) || barrier.refusal().is_some() {
+        // The static set's path, or already closed.
+        return Ok(());
+    }
+    if known && !initialized {
+        return Ok(());
+    }
+    let timeout = Duration::from_millis(BOOTSTRAP_PROBE_TIMEOUT_MS);
+    let others: Vec<&(NodeId, String)> = config
+        .peers
+        .iter()
+        .filter(|(id, _)| *id != config.node_id)
+        .collect();
+    let answers = futures::future::join_all(
+        others
+            .iter()
+            .map(|(_, addr)| peers.get::<PeerState>(addr, PEER_STATE_PATH, timeout)),
+    )
+    .await;
+    let states: Vec<PeerState> = answers.into_iter().filter_map(Result::ok).collect();
+    let node_id = config.node_id;
+    if !known {
+        let voter = states.iter().any(|s| s.voters.contains(&node_id));
+        if voter || states.is_empty() {
+            tracing::warn!(
+                node_id,
+                peers_answering = states.len(),
+                "this node starts with an empty log in a new directory while it is (or may be) a \
+                 voter added after the cluster formed: it votes again once it has caught up"
+            );
+            barrier.close_lost_vote()?;
+        }
+        return Ok(());
+    }
+    let own_last = raft.metrics().borrow().last_log_index.unwrap_or(0);
+    let matched = states
+        .iter()
+        .filter_map(|s| s.matched.as_ref()?.get(&node_id).copied())
+        .max();
+    if let Some(matched) = matched.filter(|m| *m > own_last) {
+        tracing::error!(
+            node_id,
+            matched,
+            own_last,
+            "the leader saw this node's log reach an index it no longer holds (restored from \
+             an old copy, or a lost tail): it votes again once it has caught up"
+        );
+        barrier.close_lost_vote()?;
+    }
+    Ok(())
+}
+
 /// What a simulation replaces in a node: the disk under the WAL and the network to its
 /// peers. The defaults are the real ones (the OS's file system, HTTP).
 #[derive(Clone, Default)]
@@ -197,6 +306,13 @@ pub struct RaftNode {
     config: Arc<RaftConfig>,
     /// A handle on the state machine openraft owns, for the start's file sweep.
     state_machine: StateMachine,
+    /// The highest log index the snapshot and the log held at start: the start's sweep
+    /// deletes no file beyond it (see `Storage::sweep`).
+    covered_at_open: u64,
+    /// Followers that refuse entries now (their disk or memory), learned by replication.
+    takers: Takers,
+    /// Whether this node refuses entries now (see [`RaftNode::note_takes_entries`]).
+    refusing_entries: Arc<AtomicBool>,
 }
 
 /// What a node tells a peer that starts with an empty log (`GET /internal/state`).
@@ -215,6 +331,15 @@ pub struct PeerState {
     /// (see `VoteBarrier`). Absent from a peer too old to report it.
     #[serde(default)]
     pub vote: Option<Vote>,
+    /// Why it refuses entries now (a volume under its watermark, full buffers), if it
+    /// does: the leader polls this (see `RaftNode::takers_loop`). Filled by the node's
+    /// HTTP layer, which watches the volumes.
+    #[serde(default)]
+    pub entries_refused: Option<String>,
+    /// On a leader: how far each follower's log is known to match its own (a node
+    /// restored from an old copy learns from this that it lost entries it acknowledged).
+    #[serde(default)]
+    pub matched: Option<BTreeMap<NodeId, u64>>,
 }
 
 impl RaftNode {
@@ -249,12 +374,18 @@ impl RaftNode {
         let wal_fs: Arc<dyn quiver_wal::WalFs> =
             seams.wal_fs.unwrap_or_else(|| Arc::new(quiver_wal::OsFs));
         let barrier = Arc::new(VoteBarrier::load(&wal_dir)?);
+        refuse_a_lost_log_alone(&config, &recovered)?;
         if recovered.log_lost() && config.peers.len() > 1 {
             start_over(&config, &wal_fs, &barrier, &recovered)?;
         }
         let wal = Wal::open_with_fs(config.wal.clone(), wal_fs)?;
         let log = LogStore::open(wal, &wal_dir).await?;
         log.set_commit_floor(recovered.snapshot_last_log_id());
+        let covered_at_open = recovered
+            .snapshot_last_log_id()
+            .map(|l| l.index)
+            .max(log.last_index_at_open())
+            .unwrap_or(0);
         if config.peers.len() > 1 {
             log.forget_own_leadership(config.node_id);
         }
@@ -271,6 +402,7 @@ impl RaftNode {
         )
         .await?;
         let state_machine = sm.clone();
+        let takers = Takers::default();
         let raft_config = openraft::Config {
             cluster_name: "quiver".into(),
             heartbeat_interval: config.heartbeat_interval_ms,
@@ -292,7 +424,12 @@ impl RaftNode {
         let raft = Raft::new(
             config.node_id,
             Arc::new(raft_config),
-            HttpNetworkFactory::new(config.node_id, peers.clone(), config.replication),
+            HttpNetworkFactory::new(
+                config.node_id,
+                peers.clone(),
+                config.replication,
+                takers.clone(),
+            ),
             log.clone(),
             sm,
         )
@@ -304,6 +441,10 @@ impl RaftNode {
         let known = VoteBarrier::directory_known(&wal_dir, config.node_id)?;
         let joining =
             !config.peers.is_empty() && !config.peers.iter().any(|(id, _)| *id == config.node_id);
+        if config.peers.len() > 1 {
+            close_barrier_if_votes_were_lost(&config, &peers, &raft, &barrier, known, initialized)
+                .await?;
+        }
         let mut bootstrap_pending = false;
         if joining {
             tracing::info!(
@@ -333,10 +474,13 @@ impl RaftNode {
             bootstrap_pending = true;
         }
         VoteBarrier::mark_directory(&wal_dir, config.node_id)?;
+        // After the log's mark: a data directory marked and a log directory not is a
+        // lost (or unmounted) log, never a first start that stopped half-way.
+        VoteBarrier::mark_directory(&config.data_dir, config.node_id)?;
         if let Some(reason) = barrier.refusal() {
             tracing::warn!(node_id = config.node_id, "{reason}");
         }
-        stand_for_election_when_allowed(&raft, &barrier);
+        stand_for_election_when_allowed(&raft, &barrier, &AtomicBool::new(false));
         Ok(RaftNode {
             raft,
             storage,
@@ -346,7 +490,19 @@ impl RaftNode {
             bootstrap_pending: Arc::new(AtomicBool::new(bootstrap_pending)),
             config: Arc::new(config),
             state_machine,
+            covered_at_open,
+            takers,
+            refusing_entries: Arc::new(AtomicBool::new(false)),
         })
+    }
+
+    /// Records whether this node takes entries now (the HTTP layer, which watches the
+    /// volumes and memory, calls this as it answers a leader); while it does not, it
+    /// does not stand for election either.
+    pub fn note_takes_entries(&self, takes: bool) {
+        if self.refusing_entries.swap(!takes, Ordering::Relaxed) == takes {
+            stand_for_election_when_allowed(&self.raft, &self.barrier, &self.refusing_entries);
+        }
     }
 
     /// Whether this node may grant a vote now (see [`VoteBarrier`]).
@@ -380,6 +536,12 @@ impl RaftNode {
             last_log_index: m.last_log_index,
             voters,
             vote: Some(m.vote),
+            entries_refused: None,
+            matched: m.replication.as_ref().map(|r| {
+                r.iter()
+                    .filter_map(|(id, l)| Some((*id, l.as_ref()?.index)))
+                    .collect()
+            }),
         }
     }
 
@@ -442,7 +604,7 @@ impl RaftNode {
         let last = self.raft.metrics().borrow().last_log_index;
         match self.barrier.observe_log(last) {
             Ok(true) => {
-                stand_for_election_when_allowed(&self.raft, &self.barrier);
+                stand_for_election_when_allowed(&self.raft, &self.barrier, &self.refusing_entries);
                 tracing::info!(
                     last_log_index = ?last,
                     "caught up with the cluster: this node votes again"
@@ -500,6 +662,39 @@ impl RaftNode {
         }
         let m = metrics.borrow();
         m.running_state.as_ref().err().map(|f| f.to_string())
+    }
+
+    /// On a leader: why a write cannot commit now because too few voters take entries:
+    /// this one takes them (the caller checked its own volumes and memory), the
+    /// followers named in `takers` do not (their disk or buffers). Proposing anyway would
+    /// only time out (an unknown outcome, 504) where a refusal (503) is the truth.
+    fn takers_refusal(&self, m: &openraft::RaftMetrics<NodeId, BasicNode>) -> Option<String> {
+        let refusing = self.takers.refusing();
+        if refusing.is_empty() {
+            return None;
+        }
+        let voters: Vec<NodeId> = m.membership_config.membership().voter_ids().collect();
+        let refusing: Vec<&(NodeId, String)> = refusing
+            .iter()
+            .filter(|(id, _)| voters.contains(id) && *id != self.config.node_id)
+            .collect();
+        let able = voters.len() - refusing.len();
+        (able < voters.len() / 2 + 1).then(|| {
+            let who: Vec<String> = refusing
+                .iter()
+                .map(|(id, why)| format!("node {id}: {why}"))
+                .collect();
+            format!(
+                "too few voters can take entries now ({able} of {}): {}",
+                voters.len(),
+                who.join("; ")
+            )
+        })
+    }
+
+    /// The followers refusing entries now (for `/api/v1/cluster/status`).
+    pub fn followers_refusing_entries(&self) -> Vec<(NodeId, String)> {
+        self.takers.refusing()
     }
 
     /// On a leader: why it cannot commit, when no quorum has acknowledged it for longer
@@ -718,8 +913,8 @@ impl RaftNode {
         match request {
             LeaderRequest::Write(command) => {
                 let m = self.raft.metrics().borrow().clone();
-                if let Some(reason) = self.quorum_lost(&m) {
-                    // Refused before anything is appended: a true 503.
+                // Refused before anything is appended: a true 503.
+                if let Some(reason) = self.takers_refusal(&m).or_else(|| self.quorum_lost(&m)) {
                     return Err(WriteError::Unavailable(reason));
                 }
                 self.propose_until(Command::Write(command), deadline)
@@ -787,11 +982,26 @@ impl RaftNode {
             return Err(WriteError::Unavailable(format!("raft stopped: {fatal}")));
         }
         let budget = deadline.saturating_duration_since(Instant::now());
+        let mut command = command;
+        let tracked = command.stamp_proposal().map(|id| self.log.track(id));
         match tokio::time::timeout(budget, self.raft.client_write(command)).await {
             Ok(Ok(response)) => Ok((response.data, response.log_id.index)),
             Ok(Err(RaftError::Fatal(e))) => Err(WriteError::Unknown(format!(
                 "raft stopped while the entry was pending: {e}"
             ))),
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))))
+                if tracked.as_ref().is_some_and(|t| t.appended()) =>
+            {
+                // Appended here, then removed by a new leader's log: another node may
+                // still hold and commit it. Proposing it again could write it twice.
+                metrics::counter!("quiver_write_outcomes_unknown_total", "reason" => "truncated")
+                    .increment(1);
+                Err(WriteError::Unknown(
+                    "the entry was appended, then leadership changed and it was removed here; \
+                     another node may still commit it"
+                        .to_string(),
+                ))
+            }
             Ok(Err(e)) => Err(client_write_error(e)),
             Err(_) => {
                 metrics::counter!("quiver_write_deadlines_expired_total").increment(1);
@@ -815,8 +1025,9 @@ impl RaftNode {
         ];
         if self.storage.sweep_due() {
             let state_machine = self.state_machine.clone();
+            let covered = quiver_storage::LogIndex(self.covered_at_open);
             tasks.push(tokio::spawn(
-                async move { state_machine.sweep_files().await }.in_current_span(),
+                async move { state_machine.sweep_files(covered).await }.in_current_span(),
             ));
         }
         if self.bootstrap_pending.load(Ordering::Relaxed) {
@@ -829,7 +1040,37 @@ impl RaftNode {
                 self.clone().vote_floor_loop().in_current_span(),
             ));
         }
+        if self.config.peers.len() > 1 {
+            tasks.push(tokio::spawn(self.clone().takers_loop().in_current_span()));
+        }
         tasks
+    }
+
+    /// On the leader, asks every other voter every [`TAKERS_POLL_MS`] whether it takes
+    /// entries, so a follower whose disk filled is known before a write is proposed to
+    /// it (and one that has room again, before the next write is refused). Replication
+    /// teaches the same, but only when entries are sent.
+    async fn takers_loop(self) {
+        loop {
+            tokio::time::sleep(Duration::from_millis(TAKERS_POLL_MS)).await;
+            if self.raft.metrics().borrow().running_state.is_err() {
+                return;
+            }
+            if !self.is_leader() {
+                continue;
+            }
+            for (id, addr) in self.other_peers() {
+                match self.peer_state_of(addr).await {
+                    Ok(PeerState {
+                        entries_refused: Some(reason),
+                        ..
+                    }) => self.takers.refused(*id, &reason),
+                    Ok(_) => self.takers.took(*id),
+                    // Unreachable: the quorum check covers it.
+                    Err(_) => {}
+                }
+            }
+        }
     }
 
     /// A node of a static voter set that starts with an empty log asks its peers what
@@ -872,7 +1113,11 @@ impl RaftNode {
                 match self.barrier.open() {
                     Err(e) => tracing::error!(error = %e, "cannot open the vote barrier; retrying"),
                     Ok(()) => {
-                        stand_for_election_when_allowed(&self.raft, &self.barrier);
+                        stand_for_election_when_allowed(
+                            &self.raft,
+                            &self.barrier,
+                            &self.refusing_entries,
+                        );
                         let members: BTreeMap<NodeId, BasicNode> = self
                             .config
                             .peers

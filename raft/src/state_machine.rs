@@ -158,9 +158,10 @@ impl StateMachine {
     }
 
     /// Runs storage's start sweep (see `Storage::sweep`) and fetches from the members
-    /// any file it found missing, as a start used to before serving.
-    pub async fn sweep_files(&self) {
-        match self.storage.sweep().await {
+    /// any file it found missing, as a start used to before serving. `covered_through`:
+    /// the highest log index the snapshot and log held at start.
+    pub async fn sweep_files(&self, covered_through: quiver_storage::LogIndex) {
+        match self.storage.sweep(covered_through).await {
             Ok(report) if !report.lacking.is_empty() => {
                 let members = self.applied.lock().membership.clone();
                 self.recover_lacking_files(&members, &report.lacking).await;

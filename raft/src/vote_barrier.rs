@@ -242,9 +242,9 @@ impl VoteBarrier {
     pub fn refusal(&self) -> Option<String> {
         self.closed.lock().map(|c| match c.catch_up_to {
             Some(index) => format!(
-                "this node started with an empty log in an existing cluster; it votes again once its log reaches index {index}"
+                "this node may lack entries it acknowledged (it started with an empty log, an erased one or an old copy, in an existing cluster); it votes again once its log reaches index {index}"
             ),
-            None => "this node started with an empty log in an existing cluster; it votes again once a leader has brought it up to date".to_string(),
+            None => "this node may lack entries it acknowledged (it started with an empty log, an erased one or an old copy, in an existing cluster); it votes again once a leader has brought it up to date".to_string(),
         })
     }
 

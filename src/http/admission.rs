@@ -230,17 +230,8 @@ fn check(
             "too many writes in flight (http.writes_in_flight_max); retry later".into(),
         )
     })?;
-    if app.storage.is_over_memory_limit() {
-        let message = match app.storage.flush_failing(std::time::Duration::ZERO) {
-            Some(why) => format!("buffers are full because {why}; retry later"),
-            None => "buffers are full while flushes catch up; retry later".into(),
-        };
-        return Err(refused("memory", StatusCode::SERVICE_UNAVAILABLE, message));
-    }
-    for volume in [&app.wal_volume, &app.data_volume] {
-        if let Some(reason) = volume.low() {
-            return Err(refused("disk", StatusCode::SERVICE_UNAVAILABLE, reason));
-        }
+    if let Some((reason, message)) = cannot_take_rows(app) {
+        return Err(refused(reason, StatusCode::SERVICE_UNAVAILABLE, message));
     }
     let mut charge = Charge::default();
     if let Some(declared) = declared_length(headers) {
@@ -255,6 +246,27 @@ fn check(
         charge,
         _slot: slot,
     })
+}
+
+/// Why this node cannot take more rows into its log and buffers now (buffers full, a
+/// volume under its watermark), as a metric label and a message. Checked for a write
+/// sent here, for a write a follower forwards here to lead, and for entries a leader
+/// sends here to follow: every path into the log, so no node keeps appending until its
+/// disk is full.
+pub fn cannot_take_rows(app: &AppState) -> Option<(&'static str, String)> {
+    if app.storage.is_over_memory_limit() {
+        let message = match app.storage.flush_failing(std::time::Duration::ZERO) {
+            Some(why) => format!("buffers are full because {why}; retry later"),
+            None => "buffers are full while flushes catch up; retry later".into(),
+        };
+        return Some(("memory", message));
+    }
+    for volume in [&app.wal_volume, &app.data_volume] {
+        if let Some(reason) = volume.low() {
+            return Some(("disk", reason));
+        }
+    }
+    None
 }
 
 fn refused(reason: &'static str, status: StatusCode, message: String) -> ApiError {

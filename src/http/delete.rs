@@ -12,6 +12,7 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use quiver_raft::{CommandResult, DeleteCommand};
+use quiver_storage::lifecycle::{DeletePredicate, TagOp};
 use quiver_storage::{
     validate_database_name, validate_measurement_name, ColumnKind, DeleteOutcome, LogIndex,
     TableKey, TimestampNs, View, ViewSource,
@@ -32,10 +33,14 @@ struct DeleteRequest {
     measurement: String,
     #[serde(rename = "where", default)]
     predicate: String,
+    /// Count the rows the delete would remove now, and remove nothing.
+    #[serde(default)]
+    dry_run: bool,
 }
 
 /// `POST /api/v1/delete` with `{"database", "measurement", "where"}` → 200 with the
-/// number of rows deleted.
+/// number of rows deleted; with `"dry_run": true`, the number it would delete now, and
+/// nothing deleted.
 pub async fn delete(
     State(app): State<AppState>,
     Query(params): Query<HashMap<String, String>>,
@@ -74,9 +79,17 @@ pub async fn delete(
         .collect();
     let predicate = quiver_query::parse_delete_where(&request.predicate, &tags, &fields)
         .map_err(|e| ApiError::bad_request(format!("where: {e}")))?;
+    if request.dry_run {
+        let would =
+            count_matching(&app, &request.database, &request.measurement, &predicate).await?;
+        return Ok(Json(
+            json!({"success": true, "dry_run": true, "would_delete": would}),
+        ));
+    }
     let command = DeleteCommand {
         table: TableKey::new(request.database.as_str(), request.measurement.as_str()),
         predicate,
+        proposal: 0,
     };
     let (result, index) = app.node.delete(command).await.map_err(write_error)?;
     match result {
@@ -90,6 +103,79 @@ pub async fn delete(
     Ok(Json(
         json!({"success": true, "deleted": deleted, "index": index}),
     ))
+}
+
+/// Rows visible now that `predicate` matches: what the delete would hide if it were
+/// applied now (rows written in between would be hidden too). Counted through the query
+/// engine with the predicate as SQL, a missing tag reading as `''` as in the tombstone.
+async fn count_matching(
+    app: &AppState,
+    database: &str,
+    measurement: &str,
+    predicate: &DeletePredicate,
+) -> Result<u64, ApiError> {
+    let sql = format!(
+        "SELECT count(*) FROM {} WHERE {}",
+        sql_identifier(measurement),
+        predicate_sql(predicate)
+    );
+    let source = Arc::new(ViewSource {
+        storage: app.storage.clone(),
+        view: View::at(TimestampNs::now()),
+    });
+    let output = app
+        .query
+        .execute_over(source, database, &sql)
+        .await
+        .map_err(|e| ApiError::internal(format!("counting the rows failed: {e}")))?;
+    first_count(&output.batches)
+        .ok_or_else(|| ApiError::internal("the count of matching rows is unreadable"))
+}
+
+/// The predicate as a SQL condition (`TRUE` for an empty one).
+fn predicate_sql(predicate: &DeletePredicate) -> String {
+    let mut parts = Vec::new();
+    if let Some(from) = predicate.time_from {
+        parts.push(format!("\"time\" >= to_timestamp_nanos({})", from.0));
+    }
+    if let Some(before) = predicate.time_before {
+        parts.push(format!("\"time\" < to_timestamp_nanos({})", before.0));
+    }
+    for condition in &predicate.tags {
+        let column = format!("coalesce({}, '')", sql_identifier(&condition.tag));
+        let values: Vec<String> = condition.values.iter().map(|v| sql_string(v)).collect();
+        parts.push(match condition.op {
+            TagOp::Eq => format!("{column} = {}", values.join("")),
+            TagOp::NotEq => format!("{column} <> {}", values.join("")),
+            TagOp::In => format!("{column} IN ({})", values.join(", ")),
+            TagOp::NotIn => format!("{column} NOT IN ({})", values.join(", ")),
+        });
+    }
+    if parts.is_empty() {
+        "TRUE".to_string()
+    } else {
+        parts.join(" AND ")
+    }
+}
+
+fn sql_identifier(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+fn sql_string(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
+}
+
+/// The single Int64 a `SELECT count(*)` answered.
+fn first_count(batches: &[arrow::record_batch::RecordBatch]) -> Option<u64> {
+    batches
+        .first()
+        .filter(|b| b.num_rows() == 1)
+        .and_then(|b| {
+            arrow::array::AsArray::as_primitive_opt::<arrow::datatypes::Int64Type>(b.column(0))
+                .map(|c| c.value(0))
+        })
+        .map(|count| u64::try_from(count).unwrap_or(0))
 }
 
 /// Rows the tombstone at `index` hides, counted through the query engine over the view
@@ -120,14 +206,6 @@ async fn count_hidden(
                 "the delete is applied; counting its rows failed: {e}"
             ))
         })?;
-    let count = output
-        .batches
-        .first()
-        .filter(|b| b.num_rows() == 1)
-        .and_then(|b| {
-            arrow::array::AsArray::as_primitive_opt::<arrow::datatypes::Int64Type>(b.column(0))
-                .map(|c| c.value(0))
-        })
-        .ok_or_else(|| ApiError::internal("the delete is applied; its row count is unreadable"))?;
-    Ok(u64::try_from(count).unwrap_or(0))
+    first_count(&output.batches)
+        .ok_or_else(|| ApiError::internal("the delete is applied; its row count is unreadable"))
 }

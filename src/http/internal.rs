@@ -16,7 +16,7 @@ use quiver_raft::{
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::admission::{Charge, ChargeRefused};
+use super::admission::{cannot_take_rows, Charge, ChargeRefused};
 use super::AppState;
 
 /// A refused internal call: status and reason.
@@ -105,6 +105,23 @@ pub async fn append(State(app): State<AppState>, headers: HeaderMap, body: Body)
     if let Err(reason) = app.node.may_take_entries(&request.vote) {
         return (StatusCode::SERVICE_UNAVAILABLE, reason).into_response();
     }
+    // Entries are refused while this node cannot take them (its volume under the
+    // watermark, its buffers full), so it never appends until its disk is full and Raft
+    // stops; heartbeats still pass, so it does not start elections. The leader learns
+    // the reason (see `RaftNode::takers_refusal`) and refuses writes once a majority of
+    // voters cannot take them.
+    if !request.entries.is_empty() {
+        let refusal = cannot_take_rows(&app);
+        app.node.note_takes_entries(refusal.is_none());
+        if let Some((reason, message)) = refusal {
+            metrics::counter!("quiver_entries_refused_total", "reason" => reason).increment(1);
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("{}{message}", quiver_raft::ENTRIES_REFUSED_PREFIX),
+            )
+                .into_response();
+        }
+    }
     encode(&app.node.append_entries(request).await)
 }
 
@@ -138,6 +155,16 @@ pub async fn snapshot(State(app): State<AppState>, headers: HeaderMap, body: Bod
     if let Err(reason) = app.node.may_take_entries(&request.vote) {
         return (StatusCode::SERVICE_UNAVAILABLE, reason).into_response();
     }
+    // A snapshot written onto a full volume would fail part-way, and a failed install
+    // stops Raft: refused until there is room (the leader tries again).
+    if let Some(reason) = app.data_volume.low().or_else(|| app.wal_volume.low()) {
+        metrics::counter!("quiver_entries_refused_total", "reason" => "disk").increment(1);
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{}{reason}", quiver_raft::ENTRIES_REFUSED_PREFIX),
+        )
+            .into_response();
+    }
     encode(&app.node.install_snapshot(request).await)
 }
 
@@ -150,6 +177,16 @@ pub async fn forward(State(app): State<AppState>, headers: HeaderMap, body: Body
         Err(response) => return response,
     };
     let mut charge = Charge::default();
+    if let LeaderRequest::Write(_) | LeaderRequest::Delete(_) = &request {
+        // The leader's own limits hold for writes sent through a follower too.
+        if let Some((reason, message)) = cannot_take_rows(&app) {
+            metrics::counter!("quiver_writes_refused_total", "reason" => reason).increment(1);
+            let answer: Result<LeaderAnswer, WriteError> = Err(WriteError::Unavailable(format!(
+                "the leader refuses: {message}"
+            )));
+            return encode(&answer);
+        }
+    }
     if let LeaderRequest::Write(command) = &request {
         if let Err(refused) = app.write_budget.try_charge(&mut charge, command.bytes()) {
             let reason = match refused {
@@ -173,7 +210,9 @@ pub async fn state(State(app): State<AppState>, headers: HeaderMap) -> Response 
     if let Err(r) = authorized(&app, &headers) {
         return r.into_response();
     }
-    encode(&app.node.peer_state())
+    let mut state = app.node.peer_state();
+    state.entries_refused = cannot_take_rows(&app).map(|(_, why)| why);
+    encode(&state)
 }
 
 /// `GET /internal/files/{path}`: a Parquet file, streamed.

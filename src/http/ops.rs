@@ -52,8 +52,7 @@ pub async fn ready(State(app): State<AppState>) -> Response {
     let reason = app
         .node
         .unready_reason()
-        .or_else(|| app.wal_volume.low())
-        .or_else(|| app.data_volume.low())
+        .or_else(|| super::admission::cannot_take_rows(&app).map(|(_, why)| why))
         .or_else(|| app.storage.flush_failing(FLUSH_FAILING_UNREADY_AFTER));
     match reason {
         None => (StatusCode::OK, Json(json!({"status": "ready"}))).into_response(),
@@ -139,6 +138,17 @@ pub async fn storage(
         .into_iter()
         .map(|(name, measurements)| json!({"database": name, "measurements": measurements}))
         .collect();
+    // Files under the node's prefix it kept without being able to account for them (a
+    // lost disk or WAL volume): node-wide, their paths only for a token of every database.
+    let unaccounted = app.storage.unaccounted_files();
+    let mut unaccounted_doc = json!({
+        "files": unaccounted.files,
+        "bytes": unaccounted.bytes,
+        "log_end_max": unaccounted.log_end_max,
+    });
+    if grant.all_databases() {
+        unaccounted_doc["examples"] = json!(unaccounted.examples);
+    }
     Ok(Json(json!({
         "success": true,
         "files": files,
@@ -146,6 +156,7 @@ pub async fn storage(
         "rows": rows,
         "compactions_pending": pending,
         "location": app.storage.file_store().describe(),
+        "unaccounted": unaccounted_doc,
         "databases": databases,
     })))
 }

@@ -3,15 +3,15 @@
 //! Every file describes itself ([`FileMeta`] in its footer), so whenever sled cannot be
 //! opened, holds entries it cannot parse, or disagrees with the files in the object
 //! store, the catalog is rebuilt from the footers and the node says so. Files of a
-//! segment whose sibling files are missing (a crash mid-flush) are deleted: the log
-//! still holds their rows and the flush is replayed.
+//! segment whose sibling files are missing (a crash mid-flush, or lost files) are moved
+//! to quarantine, never deleted: the log replays the segment if it still holds it, and
+//! if it does not (a log purged past it, a lost WAL) the quarantined files are the only
+//! copy of their rows.
 //!
 //! A file whose footer cannot be read during a rebuild (damaged, not Quiver's, another
 //! format version, or naming another path) does not stop the node: it is moved to
 //! `quarantine/` beside the catalog, with an error naming it, and reported. Its rows are
-//! still in the log or on the other replicas. While anything is quarantined, files of
-//! incomplete segments are quarantined too rather than deleted, since their siblings may
-//! be the damaged ones rather than unwritten ones.
+//! still in the log or on the other replicas.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -65,8 +65,8 @@ pub enum FileSet {
 pub struct CatalogReport {
     /// Why the catalog was rebuilt from the files, if it was.
     pub rebuilt_because: Option<String>,
-    /// Files of incomplete segments that were deleted.
-    pub incomplete_files_deleted: Vec<String>,
+    /// Files of incomplete segments, moved to quarantine (also in `quarantined`).
+    pub incomplete_files_quarantined: Vec<String>,
     /// Files that could not be read while rebuilding, moved to the quarantine
     /// directory (object paths, as they were in the store).
     pub quarantined: Vec<String>,
@@ -187,8 +187,9 @@ impl Catalog {
 }
 
 /// [`FileSet::Footers`]: the sled catalog if it agrees with the files, else a rebuild
-/// from their footers; files of a segment that a crash left incomplete are deleted (the
-/// log replays them), and files a compaction output replaced are deleted.
+/// from their footers; files of a segment that a crash left incomplete are quarantined
+/// (the log replays them if it still holds them), and files a compaction output
+/// replaced are deleted.
 async fn open_from_footers(
     dir: &Path,
     local: &FileStore,
@@ -242,23 +243,22 @@ async fn open_from_footers(
             (catalog, entries)
         }
     };
+    // A segment some of whose files are missing: a crash mid-flush (the log replays the
+    // segment) or lost files. Which, the footers cannot tell, and this open does not know
+    // whether the log still holds the segment, so its files are moved aside, never
+    // deleted: if replay writes them again the copies are redundant, if not they are
+    // the only copy of their rows.
     let (complete, incomplete) = split_incomplete(entries);
-    let damaged = !report.quarantined.is_empty();
     for meta in &incomplete {
-        if damaged {
-            local
-                .quarantine(
-                    quarantine_dir,
-                    &meta.path,
-                    "its segment is incomplete and another file was unreadable",
-                )
-                .await?;
-            report.quarantined.push(meta.path.clone());
-        } else {
-            tracing::warn!(path = %meta.path, "deleting a file of an incompletely written segment; the log replays it");
-            local.delete(&meta.path).await?;
-            report.incomplete_files_deleted.push(meta.path.clone());
-        }
+        local
+            .quarantine(
+                quarantine_dir,
+                &meta.path,
+                "its segment is incomplete (a crash mid-flush, which replay redoes, or lost files)",
+            )
+            .await?;
+        report.quarantined.push(meta.path.clone());
+        report.incomplete_files_quarantined.push(meta.path.clone());
         catalog.remove(&meta.path)?;
     }
     let (complete, superseded) = split_superseded(complete);

@@ -98,6 +98,40 @@ pub enum Error {
         /// What failed.
         source: Box<Error>,
     },
+    /// The bucket prefix holds Parquet files this data directory did not write, and no
+    /// process beats in its owner marker (see `file_store::owner`): a lost disk, or a
+    /// prefix that belongs to another node. The operator's to decide.
+    #[error(
+        "{url} holds Parquet files this data directory did not write{}. Either this node          lost its disk: stop it and run `quiver restore` with the same settings, which adopts          the files (only rows that were not yet flushed are lost, and a replica may hold          them); or it was given another node's storage.object_store prefix or cluster.node_id:          fix the settings. Nothing was deleted",
+        written_by.as_ref().map(|w| format!(" (last written by {w})")).unwrap_or_default()
+    )]
+    ForeignFiles {
+        /// The prefix.
+        url: String,
+        /// The owner the marker names, if there is one.
+        written_by: Option<String>,
+    },
+    /// Another running process writes under the bucket prefix.
+    #[error(
+        "{url} is being written by another running process: {by}. Two nodes must never share          a prefix: give this node its own cluster.node_id or storage.object_store prefix"
+    )]
+    PrefixInUse {
+        /// The prefix.
+        url: String,
+        /// The owner the marker names.
+        by: String,
+    },
+    /// Another process took the bucket prefix over while this one ran: this one writes no
+    /// file there any more.
+    #[error(
+        "{url} was taken over by {by}: this node writes no more files there (its rows stay          in memory and in the log); stop it and check which node should own the prefix"
+    )]
+    PrefixTakenOver {
+        /// The prefix.
+        url: String,
+        /// The owner the marker names now.
+        by: String,
+    },
     /// A file that storage wrote earlier no longer reads back as written.
     #[error("corrupt file {path}: {reason}")]
     Corrupt {

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::paths::{escaped_len, ESCAPED_BYTE_BYTES, PATH_COMPONENT_BYTES_MAX};
+use crate::paths::check_paths_fit;
 
 /// Index of an entry in the replicated log. Every row in storage remembers the index of
 /// the log entry that brought it, so replay can skip what Parquet already holds.
@@ -76,9 +76,11 @@ pub fn validate_database_name(name: &str) -> Result<()> {
 }
 
 /// Checks a measurement name: 1 to 128 bytes, no control characters, no `/` or `\`,
-/// not `.` or `..`, and at most 255 bytes once escaped into the path component of its
-/// Parquet files ([`crate::parquet_path`]): a longer component is refused by the file
-/// system, and the table could then never be flushed.
+/// not `.` or `..`; and that every path its Parquet files can be given fits the object
+/// store as it writes them ([`check_paths_fit`], through the functions that name the
+/// files). Any name passing the first rules fits: a name too long to escape whole is
+/// shortened with a digest ([`crate::paths::measurement_component`]), so a table can
+/// always be flushed.
 pub fn validate_measurement_name(name: &str) -> Result<()> {
     let bad = name.is_empty()
         || name.len() > MEASUREMENT_NAME_BYTES_MAX
@@ -92,19 +94,14 @@ pub fn validate_measurement_name(name: &str) -> Result<()> {
             "measurement name {name:?} must be 1 to {MEASUREMENT_NAME_BYTES_MAX} bytes without '/', '\\' or control characters"
         )));
     }
-    let escaped = escaped_len(name);
-    if escaped > PATH_COMPONENT_BYTES_MAX {
-        return Err(Error::InvalidName(format!(
-            "measurement name {name:?} is {} bytes but escapes to {escaped} bytes as a file \
-             name; the limit is {PATH_COMPONENT_BYTES_MAX} escaped bytes (bytes other than \
-             A-Z a-z 0-9 _ - and a non-leading '.', so every non-ASCII byte, count \
-             {ESCAPED_BYTE_BYTES})",
-            name.len()
-        )));
-    }
-    debug_assert!(escaped <= PATH_COMPONENT_BYTES_MAX);
-    Ok(())
+    check_paths_fit(LONGEST_DATABASE_NAME, name).map_err(|e| {
+        Error::InvalidName(format!("measurement name {name:?} cannot name a file: {e}"))
+    })
 }
+
+/// The longest database name: the paths of a measurement are checked within it.
+const LONGEST_DATABASE_NAME: &str =
+    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 
 #[cfg(test)]
 mod tests {
@@ -155,31 +152,22 @@ mod tests {
         assert!(validate_measurement_name(&"m".repeat(129)).is_err());
     }
 
+    /// Regression: names whose escaped form is too long as stored were either refused
+    /// (128 bytes of `é`) or, worse, accepted and never flushed (20 CJK characters). Now
+    /// every name of the first rules is accepted and gets a path that fits.
     #[test]
-    fn long_non_ascii_measurement_name_is_refused_at_validation() {
-        // The name that blocked every flush: 128 bytes, escaping to a 384-byte file name.
-        let name = "é".repeat(64);
-        assert_eq!(name.len(), MEASUREMENT_NAME_BYTES_MAX);
-        let err = validate_measurement_name(&name).unwrap_err().to_string();
-        assert!(
-            err.contains("is 128 bytes but escapes to 384 bytes")
-                && err.contains("the limit is 255"),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn escaped_length_is_checked_at_its_boundary() {
-        // 28 × "日" is 84 bytes, 252 escaped; each ASCII letter adds one.
-        let base = "日".repeat(28);
-        assert!(validate_measurement_name(&format!("{base}aaa")).is_ok());
-        assert!(validate_measurement_name(&format!("{base}aaaa")).is_err());
-        // ASCII that is escaped counts three too: 85 spaces are 255 bytes, 86 are 258.
-        assert!(validate_measurement_name(&" ".repeat(85)).is_ok());
-        assert!(validate_measurement_name(&" ".repeat(86)).is_err());
-        // Plain ASCII is bounded by the raw limit alone.
-        assert!(validate_measurement_name(&"m".repeat(128)).is_ok());
-        // A leading '.' is escaped, later ones are not.
-        assert!(validate_measurement_name(&format!(".{}", "m".repeat(127))).is_ok());
+    fn every_valid_name_is_accepted_and_fits() {
+        assert_eq!(LONGEST_DATABASE_NAME.len(), DATABASE_NAME_CHARS_MAX);
+        assert!(validate_database_name(LONGEST_DATABASE_NAME).is_ok());
+        for name in [
+            "é".repeat(64),
+            "温度传感器读数温度传感器读数温度传感器读".to_string(),
+            "日".repeat(42),
+            " ".repeat(128),
+            "m".repeat(128),
+            format!(".{}", "m".repeat(127)),
+        ] {
+            assert!(validate_measurement_name(&name).is_ok(), "{name}");
+        }
     }
 }

@@ -30,6 +30,7 @@ mod parquet_encode;
 mod paths;
 mod policies;
 pub mod prom_remote;
+mod restore;
 mod row_order;
 mod rows;
 mod schema;
@@ -47,7 +48,7 @@ pub use durable::{
 };
 pub use error::{Error, Result};
 pub use file_list::FileList;
-pub use file_store::{BucketSettings, FileStore};
+pub use file_store::{BucketSettings, FileStore, INSTANCE_FILE, OWNER_BEAT_MS_DEFAULT};
 pub use ids::{
     validate_database_name, validate_measurement_name, LogIndex, TimestampNs,
     DATABASE_NAME_CHARS_MAX, MEASUREMENT_NAME_BYTES_MAX,
@@ -62,9 +63,12 @@ pub use line_protocol::{
 pub use meta::{ColumnMeta, CompactionMark, FileMeta, FILE_META_KEY};
 pub use msgpack::decode_msgpack;
 pub use parquet_encode::{encode_segment, EncodedFile, ParquetSettings, SegmentSource};
-pub use paths::{escaped_len, parquet_path, PATH_COMPONENT_BYTES_MAX};
+pub use paths::{
+    check_paths_fit, log_end_of, measurement_component, parquet_path, PATH_COMPONENT_BYTES_MAX,
+};
 pub use policies::{Policies, PolicyChange, PolicyOutcome, Scope, TokenRecord};
 pub use prom_remote::{decode_prom_write, PromWrite, RejectedSeries};
+pub use restore::{adopt_files, claim_files, Adoption};
 pub use rows::{FieldValue, RowBatchBuilder, RowError};
 pub use schema::{
     canonical_schema, conform, tag_type, widen_integers_to_stored, with_tags_as, ColumnKind,
@@ -73,8 +77,8 @@ pub use schema::{
 pub use sort_lead::{choose_lead, SortDecision};
 pub use store::{
     rows_at_or_after, split_past_retention, DeleteOutcome, IoGuard, MemoryImage, OpenReport,
-    Storage, StorageConfig, StorageStats, SweepReport, TableImage, TableKey, TableSummary, View,
-    ViewSource,
+    Storage, StorageConfig, StorageStats, SweepReport, TableImage, TableKey, TableSummary,
+    UnaccountedFiles, View, ViewSource,
 };
 pub use table::{
     resolve_name, ParquetFileRef, SnapshotFiles, TableFiles, TableSnapshot, TableSource,

@@ -335,3 +335,150 @@ async fn entries_larger_than_a_heartbeat_can_carry_replicate_over_a_slow_link() 
         assert_eq!(rows[0][0], json!(90_000), "node {}", i + 1);
     }
 }
+
+/// A stale candidate's vote request, as `/internal/raft/vote` takes it.
+fn stale_vote_request(candidate: u64) -> Vec<u8> {
+    let vote = json!({"vote": {"leader_id": {"term": 99, "node_id": candidate}, "committed": false},
+                      "last_log_id": null});
+    rmp_serde::to_vec_named(&vote).unwrap()
+}
+
+/// Regression (issue 36, item 7): the vote barrier closed only for a node of the static
+/// voter set. A voter added later (`add-learner`, `promote`), wiped, started with an
+/// empty log and voted at once: its settings do not name it a voter, its peers do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_voter_added_later_that_lost_its_data_votes_only_after_catching_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut all = specs(dir.path(), 4, &[]);
+    let peers3: String = all[..3]
+        .iter()
+        .enumerate()
+        .map(|(i, s)| format!("{}=http://127.0.0.1:{}", i + 1, s.port))
+        .collect::<Vec<_>>()
+        .join(",");
+    for spec in &mut all {
+        spec.env.retain(|(k, _)| k != "QUIVER_CLUSTER_PEERS");
+        spec.env
+            .push(("QUIVER_CLUSTER_PEERS".into(), peers3.clone()));
+    }
+    let spec4 = all.pop().unwrap();
+    let mut nodes = start(all).await;
+    let lead = leader(&nodes, &[0, 1, 2]).await;
+    write_batches(&nodes[lead], 0..5).await;
+    let mut fourth = Node::spawn(spec4);
+    for (path, body) in [
+        (
+            "/api/v1/cluster/add-learner",
+            json!({"node_id": 4, "addr": fourth.url}),
+        ),
+        ("/api/v1/cluster/promote", json!({"node_ids": [4]})),
+    ] {
+        let (status, text, _) = nodes[lead]
+            .post(
+                path,
+                &[("content-type", "application/json")],
+                serde_json::to_vec(&body).unwrap(),
+            )
+            .await;
+        assert_eq!(status, 200, "{path}: {text}");
+    }
+    fourth.wait_ready().await;
+    // Node 4 loses its data while two of the original three are down: nobody can bring
+    // it up to date, and one survivor asks it for a vote.
+    let survivor = (lead + 1) % 3;
+    fourth.kill();
+    for i in (0..3).filter(|i| *i != survivor) {
+        nodes[i].kill();
+    }
+    std::fs::remove_dir_all(&fourth.spec.data_dir).unwrap();
+    fourth.respawn();
+    let body = stale_vote_request(survivor as u64 + 1);
+    fourth
+        .wait_for(
+            "the wiped added voter to refuse a vote",
+            Duration::from_secs(30),
+            || refuses(&fourth, "/internal/raft/vote", &body, "may lack entries"),
+        )
+        .await;
+    // Once the others are back it catches up, votes again, and holds what they hold.
+    for i in (0..3).filter(|i| *i != survivor) {
+        nodes[i].respawn();
+    }
+    let lead = leader(&nodes, &[0, 1, 2]).await;
+    fourth
+        .wait_for("node 4 to vote again", Duration::from_secs(60), || async {
+            fourth.log().contains("this node votes again")
+        })
+        .await;
+    let commit = nodes[lead].status().await["commit_index"].as_u64().unwrap();
+    applied(&fourth, commit).await;
+    assert_eq!(content(&fourth).await, content(&nodes[lead]).await);
+}
+
+/// Regression (issue 36, item 7): a voter restored from an old copy of its disks (its
+/// directories known, its log shorter than what it had acknowledged) voted at once.
+/// The leader knows how far the node's log had matched; the node asks at start, and
+/// while it lacks entries it acknowledged it neither votes nor takes entries from a
+/// leader older than its peers' votes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_voter_restored_from_an_old_copy_votes_only_after_catching_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = start(specs(dir.path(), 3, &[])).await;
+    let lead = leader(&nodes, &[0, 1, 2]).await;
+    write_batches(&nodes[lead], 0..3).await;
+    let restored = (lead + 1) % 3;
+    let other = (lead + 2) % 3;
+    // A copy of its disks now, taken with the node stopped.
+    let data = nodes[restored].spec.data_dir.clone();
+    let copy = dir.path().join("old-copy");
+    nodes[restored].kill();
+    copy_dir(&data, &copy);
+    nodes[restored].respawn();
+    nodes[restored].wait_ready().await;
+    // It acknowledges more, then its disks are replaced by the old copy.
+    write_batches(&nodes[lead], 3..10).await;
+    let commit = nodes[lead].status().await["commit_index"].as_u64().unwrap();
+    applied(&nodes[restored], commit).await;
+    nodes[restored].kill();
+    std::fs::remove_dir_all(&data).unwrap();
+    copy_dir(&copy, &data);
+    // The other follower is stopped (frozen), so the restored node cannot learn every
+    // peer's vote, nor be brought up to date, while it is asked to vote.
+    nodes[other].signal("STOP");
+    nodes[restored].respawn();
+    let body = stale_vote_request(other as u64 + 1);
+    let node = &nodes[restored];
+    node.wait_for(
+        "the restored node to refuse a vote",
+        Duration::from_secs(30),
+        || refuses(node, "/internal/raft/vote", &body, "may lack entries"),
+    )
+    .await;
+    assert!(
+        node.log().contains("no longer holds"),
+        "{}",
+        node.log_tail()
+    );
+    nodes[other].signal("CONT");
+    nodes[restored]
+        .wait_for(
+            "the restored node to vote again",
+            Duration::from_secs(60),
+            || async { nodes[restored].log().contains("this node votes again") },
+        )
+        .await;
+    applied(&nodes[restored], commit).await;
+    assert_eq!(content(&nodes[restored]).await, content(&nodes[lead]).await);
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else if entry.file_name() != "quiver.lock" {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}

@@ -339,25 +339,44 @@ impl Drop for Node {
     }
 }
 
+/// Runs `quiver {subcommand}` with the flags and environment `spec` serves with (what an
+/// operator does with `quiver restore`), to its end: its exit code and its output.
+pub fn run_with_node_settings(spec: &NodeSpec, subcommand: &str) -> (Option<i32>, String) {
+    let mut cmd = node_command(spec, subcommand);
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let out = cmd.output().expect("run quiver");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
+}
+
 fn spawn_child(spec: &NodeSpec) -> Child {
+    let mut cmd = node_command(spec, "serve");
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log_file(&spec.data_dir)));
+    cmd.spawn().expect("start quiver")
+}
+
+fn node_command(spec: &NodeSpec, subcommand: &str) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_quiver"));
-    cmd.arg("serve")
+    cmd.arg(subcommand)
         .arg("--http-addr")
         .arg(format!("127.0.0.1:{}", spec.port))
         .arg("--data-dir")
         .arg(&spec.data_dir)
         .env("QUIVER_BOOTSTRAP_TOKEN", TOKEN)
-        .env("QUIVER_LOG_LEVEL", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(log_file(&spec.data_dir)));
+        .env("QUIVER_LOG_LEVEL", "info");
     if let Some(wal) = &spec.wal_dir {
         cmd.arg("--wal-dir").arg(wal);
     }
     for (k, v) in &spec.env {
         cmd.env(k, v);
     }
-    cmd.spawn().expect("start quiver")
+    cmd
 }
 
 fn log_path(data_dir: &Path) -> PathBuf {

@@ -74,14 +74,22 @@ impl Drop for Tmpfs {
     }
 }
 
+/// Mounts a tmpfs or ends the test. A skip is a failure unless
+/// `QUIVER_TESTS_ALLOW_SKIP=1` says this machine cannot mount (CI and the README's test
+/// command run as root, where these tests must run): a silent skip would let a
+/// regression through.
 macro_rules! tmpfs_or_skip {
     ($path:expr, $mib:expr) => {
         match Tmpfs::mount($path, $mib) {
             Ok(t) => t,
-            Err(reason) => {
+            Err(reason) if std::env::var("QUIVER_TESTS_ALLOW_SKIP").is_ok_and(|v| v == "1") => {
                 eprintln!("SKIPPED: {reason} (this test needs permission to mount tmpfs)");
                 return;
             }
+            Err(reason) => panic!(
+                "{reason}: this test needs permission to mount tmpfs; set \
+                 QUIVER_TESTS_ALLOW_SKIP=1 to skip it on a machine that has none"
+            ),
         }
     };
 }
@@ -261,4 +269,142 @@ async fn a_wal_that_fills_without_a_watermark_stops_the_node_loudly_and_loses_no
         stored.len() <= acked.len() + 1,
         "at most the unknown-outcome write extra"
     );
+}
+
+async fn write_via(node: &Node, id: i64) -> (u16, String) {
+    let body = batch_payload(
+        "cpu",
+        id,
+        500,
+        1_700_000_000_000_000_000 + id * 1_000_000_000,
+        5,
+    );
+    node.write_msgpack("db", body).await
+}
+
+/// Regression (issue 36, item 6): admission held only on the node a write arrived at. A
+/// write forwarded by a follower was proposed by a leader whose WAL volume was below its
+/// watermark (acknowledged until the leader's WAL hit ENOSPC), and followers appended
+/// entries whatever their own disks held. Now every path into the log checks the node
+/// it enters: the leader refuses forwarded writes (503), a follower refuses entries (and
+/// says so on `/ready`) without stopping, and a leader whose followers cannot take
+/// entries refuses writes naming them; everything resumes when space returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_path_into_the_log_checks_the_disk_of_the_node_it_enters() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut volumes: Vec<Tmpfs> = Vec::new();
+    for i in 1..=3 {
+        volumes.push(tmpfs_or_skip!(
+            &dir.path().join(format!("wal-volume-{i}")),
+            96
+        ));
+    }
+    let env = [
+        ("QUIVER_WAL_FREE_BYTES_MIN", (32u64 << 20).to_string()),
+        ("QUIVER_WAL_SEGMENT_BYTES_MAX", (4u64 << 20).to_string()),
+    ];
+    let mut specs = crate::cluster_support::specs(dir.path(), 3, &env);
+    for (spec, volume) in specs.iter_mut().zip(&volumes) {
+        spec.wal_dir = Some(volume.path.join("wal"));
+    }
+    let nodes = crate::cluster_support::start(specs).await;
+    let l = crate::cluster_support::leader(&nodes, &[0, 1, 2]).await;
+    let (f, g) = ((l + 1) % 3, (l + 2) % 3);
+    write_ok(&nodes[l], 0).await;
+    let count = "SELECT count(*) FROM cpu";
+
+    // The leader's WAL volume is low: a write sent through a follower is refused.
+    let filler = volumes[l].fill_leaving(16 << 20);
+    let leader = &nodes[l];
+    leader
+        .wait_for(
+            "the leader to see its low volume",
+            Duration::from_secs(10),
+            || async { ready_status(leader).await == 503 },
+        )
+        .await;
+    let (status, text) = write_via(&nodes[f], 1).await;
+    assert_eq!(status, 503, "{text}");
+    assert!(text.contains("wal.free_bytes_min"), "{text}");
+    assert_eq!(nodes[f].rows("db", count).await[0][0], json!(500));
+    std::fs::remove_file(filler).unwrap();
+    leader
+        .wait_for(
+            "the leader's volume to have room",
+            Duration::from_secs(10),
+            || async { ready_status(leader).await == 200 },
+        )
+        .await;
+
+    // One follower's volume is low: it refuses entries and says so, and keeps running;
+    // the other two acknowledge writes.
+    let filler_f = volumes[f].fill_leaving(16 << 20);
+    let low = &nodes[f];
+    low.wait_for(
+        "the follower to see its low volume",
+        Duration::from_secs(10),
+        || async { ready_status(low).await == 503 },
+    )
+    .await;
+    for id in 2..5 {
+        write_ok(&nodes[l], id).await;
+    }
+    assert_eq!(
+        ready_status(low).await,
+        503,
+        "it says it cannot take entries"
+    );
+    assert!(low.status().await.is_object(), "it still runs");
+
+    // Both followers are low: the leader refuses writes naming them (the first write
+    // after the second one filled may time out, 504, while the leader learns it).
+    let filler_g = volumes[g].fill_leaving(16 << 20);
+    let other = &nodes[g];
+    other
+        .wait_for(
+            "the other follower to see its low volume",
+            Duration::from_secs(10),
+            || async { ready_status(other).await == 503 },
+        )
+        .await;
+    let mut refusal = None;
+    for id in 5..15 {
+        let (status, text) = write_via(&nodes[l], id).await;
+        match status {
+            503 => {
+                refusal = Some(text);
+                break;
+            }
+            504 => continue,
+            other => panic!("write {id}: {other} {text}"),
+        }
+    }
+    let refusal = refusal.expect("the leader never refused with both followers low");
+    assert!(
+        refusal.contains("too few voters can take entries"),
+        "{refusal}"
+    );
+    assert!(refusal.contains("wal.free_bytes_min"), "{refusal}");
+
+    // Space returns: writes resume, and every replica holds the same rows.
+    std::fs::remove_file(filler_f).unwrap();
+    std::fs::remove_file(filler_g).unwrap();
+    let mut id = 100;
+    leader
+        .wait_for("writes to resume", Duration::from_secs(30), || {
+            id += 1;
+            let leader = &nodes[l];
+            async move { write_via(leader, id).await.0 == 204 }
+        })
+        .await;
+    let expected = nodes[l].rows("db", count).await;
+    for node in &nodes {
+        node.wait_for(
+            "the replica to catch up",
+            Duration::from_secs(30),
+            || async { node.rows("db", count).await == expected },
+        )
+        .await;
+        assert_eq!(node.metric("quiver_node_failed").await.max(0.0), 0.0);
+    }
 }

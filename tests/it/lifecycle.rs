@@ -394,6 +394,62 @@ async fn a_delete_hides_rows_at_once_keeps_later_ones_and_is_rewritten_away() {
     );
 }
 
+/// Regression (issue 36, item 2): text the delete grammar does not wholly consume was
+/// applied by its first part: `region = 'eu' host = 'a'` (a missing AND) deleted all 30
+/// `eu` rows instead of 10. Every such text is now a 400 naming where it goes wrong, and
+/// deletes nothing; a dry run counts what a delete would remove.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_delete_is_refused_with_its_position_and_deletes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(NodeSpec::new(dir.path())).await;
+    let mut body = String::new();
+    for (r, region) in ["eu", "us"].iter().enumerate() {
+        for (h, host) in ["a", "b", "c"].iter().enumerate() {
+            for i in 0..10 {
+                let t = 1_700_000_000_000_000_000i64 + ((r * 30 + h * 10 + i) as i64) * 1_000;
+                body.push_str(&format!("cpu,region={region},host={host} v={i} {t}\n"));
+            }
+        }
+    }
+    let (s, t) = node
+        .write_lp("/api/v2/write?bucket=db&precision=ns", &body)
+        .await;
+    assert_eq!(s, 204, "{t}");
+    let count = "SELECT count(*) FROM cpu";
+    assert_eq!(node.rows("db", count).await[0][0], 60);
+    let delete = |predicate: &str, dry_run: bool| {
+        let body = json!({"database": "db", "measurement": "cpu", "where": predicate,
+            "dry_run": dry_run});
+        admin(&node, reqwest::Method::POST, "/api/v1/delete", Some(body))
+    };
+    for (predicate, at) in [
+        ("region = 'eu' host = 'a'", "`host` at line 1, column 15"),
+        ("host = 'a', region = 'us'", "`,` at line 1, column 11"),
+        (
+            "region = 'eu' AND host = 'a' garbage",
+            "`garbage` at line 1, column 30",
+        ),
+    ] {
+        let (s, body) = delete(predicate, false).await;
+        assert_eq!(s, 400, "{predicate}: {body}");
+        assert!(body["error"].as_str().unwrap().contains(at), "{body}");
+        assert_eq!(node.rows("db", count).await[0][0], 60, "{predicate}");
+    }
+    let meant = "region = 'eu' AND host = 'a'";
+    let (s, body) = delete(meant, true).await;
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(body["would_delete"], 10, "{body}");
+    assert_eq!(
+        node.rows("db", count).await[0][0],
+        60,
+        "a dry run deletes nothing"
+    );
+    let (s, body) = delete(meant, false).await;
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(body["deleted"], 10, "{body}");
+    assert_eq!(node.rows("db", count).await[0][0], 50);
+}
+
 /// Rows of host `a` before `cut` in the node's Parquet files, read from the files
 /// themselves.
 fn files_hold_host_a_before(node: &Node, cut: i64) -> usize {

@@ -39,13 +39,18 @@ async fn a_follower_that_lost_a_listed_file_serves_at_once_and_fetches_it_from_a
     let files = parquet_files(follower);
     assert!(!files.is_empty());
     nodes[f].kill();
-    // One listed file lost, and a stray under a name no log range of this cluster has.
+    // One listed file lost; a stray an earlier life left within the log this node holds
+    // (garbage: whatever it held is in the snapshot or the log); and one beyond anything
+    // the node holds, which may be the only copy of its rows: kept and reported.
     let parquet = nodes[f].spec.data_dir.join("parquet");
     let (lost, lost_size) = files[0].clone();
     std::fs::remove_file(parquet.join(&lost)).unwrap();
     let stray = std::path::Path::new(&lost)
-        .with_file_name("00000000000000900001-00000000000000900002.parquet");
+        .with_file_name("00000000000000000001-00000000000000000001.parquet");
     std::fs::write(parquet.join(&stray), b"left by an earlier life").unwrap();
+    let beyond = std::path::Path::new(&lost)
+        .with_file_name("00000000000000900001-00000000000000900002.parquet");
+    std::fs::write(parquet.join(&beyond), b"of a log this node does not hold").unwrap();
     nodes[f].restart().await;
     let follower = &nodes[f];
     follower
@@ -59,9 +64,33 @@ async fn a_follower_that_lost_a_listed_file_serves_at_once_and_fetches_it_from_a
             },
         )
         .await;
-    assert_eq!(parquet_files(follower), files, "the same files as before");
+    let mut with_beyond = files.clone();
+    with_beyond.push((beyond.to_string_lossy().to_string(), 32));
+    with_beyond.sort();
+    assert_eq!(
+        parquet_files(follower),
+        with_beyond,
+        "the same files as before, and the one beyond kept"
+    );
     let log = follower.log();
     assert!(log.contains("missing from its disk"), "{log}");
+    assert!(log.contains("cannot account for"), "{log}");
+    assert_eq!(
+        follower.metric("quiver_storage_unaccounted_files").await,
+        1.0
+    );
+    let storage: serde_json::Value = follower
+        .client
+        .get(format!("{}/api/v1/storage", follower.url))
+        .bearer_auth(crate::common::TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(storage["unaccounted"]["files"], 1, "{storage}");
+    assert_eq!(storage["unaccounted"]["log_end_max"], 900002, "{storage}");
     // A local read on the follower sees every row again.
     follower
         .wait_for("the follower's rows", Duration::from_secs(30), || async {

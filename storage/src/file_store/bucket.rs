@@ -37,7 +37,17 @@ pub struct BucketSettings {
     /// Bytes of whole files queries may keep on local disk (0 = none; footers are
     /// cached by the query engine either way).
     pub cache_bytes_max: u64,
+    /// The node has peers to catch up from: it may take over the prefix of a writer
+    /// that stopped (see `owner`).
+    pub clustered: bool,
+    /// How often the owner marker is rewritten (`storage.object_store_owner_beat_ms`).
+    pub owner_beat_ms: u64,
+    /// Take over a stopped writer's files even as a single node (`quiver restore`).
+    pub adopt: bool,
 }
+
+/// The owner marker's beat when none is set.
+pub const OWNER_BEAT_MS_DEFAULT: u64 = 10_000;
 
 /// The bucket and prefix of an `s3://bucket/prefix` URL.
 fn parse_url(url: &str) -> Result<(String, String)> {

@@ -127,9 +127,10 @@ impl Fill {
             return Ok(());
         }
         let target = self.local.path_to_filesystem(location)?;
-        let staged = self
-            .dir
-            .join(format!(".filling-{}", location.as_ref().replace('/', "_")));
+        let staged = self.dir.join(format!(
+            ".filling-{}",
+            crate::paths::staging_name(location.as_ref())
+        ));
         let io = |path: &Path| {
             let path = path.to_path_buf();
             move |source| Error::Io { path, source }

@@ -17,6 +17,7 @@
 mod bucket;
 mod cache;
 mod local_listing;
+mod owner;
 mod transfer;
 
 use std::collections::{BTreeMap, HashSet};
@@ -29,10 +30,12 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 
-pub use bucket::BucketSettings;
+pub use bucket::{BucketSettings, OWNER_BEAT_MS_DEFAULT};
+pub use owner::INSTANCE_FILE;
 
 use crate::durable::{install_file_durably, replace_file_durably};
 use crate::error::{Error, Result};
+use crate::meta::FileMeta;
 use crate::paths::DATA_PREFIX;
 
 /// Where quarantined files go inside the bucket (beside `data/`, under the node's
@@ -59,7 +62,17 @@ enum Place {
     Bucket {
         store: Arc<dyn ObjectStore>,
         url: String,
+        claim: Box<BucketClaim>,
     },
+}
+
+/// This process's claim on its bucket prefix (see `owner`).
+struct BucketClaim {
+    settings: BucketSettings,
+    /// The claim, once made.
+    owner: tokio::sync::OnceCell<owner::Owner>,
+    /// Set when another process took the prefix over: nothing is written any more.
+    lost_to: parking_lot::Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for FileStore {
@@ -100,11 +113,83 @@ impl FileStore {
             store.clone()
         };
         Ok(FileStore {
-            place: Place::Bucket { store, url },
+            place: Place::Bucket {
+                store,
+                url,
+                claim: Box::new(BucketClaim {
+                    settings: settings.clone(),
+                    owner: tokio::sync::OnceCell::new(),
+                    lost_to: parking_lot::Mutex::new(None),
+                }),
+            },
             reader,
             staging,
             written_since_open: tokio::sync::Mutex::new(None),
         })
+    }
+
+    /// Claims the bucket prefix for the data directory `dir` (see `owner`), before
+    /// anything is read, written or deleted there. Nothing to do on local disk, which
+    /// the node's directory lock guards.
+    pub(crate) async fn claim(&self, dir: &Path) -> Result<()> {
+        let Place::Bucket { store, url, claim } = &self.place else {
+            return Ok(());
+        };
+        let settings = &claim.settings;
+        let rules = owner::ClaimRules {
+            node_id: settings.node_id,
+            clustered: settings.clustered,
+            beat_ms: settings.owner_beat_ms.max(1),
+            adopt: settings.adopt,
+        };
+        let claimed = owner::claim(&**store, url, dir, rules).await?;
+        let instance = claimed.instance().await;
+        tracing::info!(location = %url, %instance, "this data directory writes the bucket prefix");
+        // A second claim (never made) keeps the first.
+        let _ = claim.owner.set(claimed);
+        Ok(())
+    }
+
+    /// Keeps the claim on the bucket prefix alive, one beat every
+    /// `storage.object_store_owner_beat_ms`, until another process takes the prefix over
+    /// (then this store refuses every write, and the loop ends). Never ends on local
+    /// disk or before a claim.
+    pub(crate) async fn keep_claim(&self) {
+        let Place::Bucket { store, url, claim } = &self.place else {
+            return std::future::pending().await;
+        };
+        let Some(owner) = claim.owner.get() else {
+            return std::future::pending().await;
+        };
+        let beat = std::time::Duration::from_millis(claim.settings.owner_beat_ms.max(1));
+        loop {
+            tokio::time::sleep(beat).await;
+            match owner.beat(&**store, url).await {
+                Ok(()) => {}
+                Err(Error::PrefixTakenOver { url, by }) => {
+                    tracing::error!(location = %url, %by,
+                        "another process took this node's bucket prefix over: no file is written there any more");
+                    metrics::gauge!("quiver_storage_prefix_lost").set(1.0);
+                    *claim.lost_to.lock() = Some(by);
+                    return;
+                }
+                Err(e) => tracing::warn!(location = %url, error = %e,
+                    "cannot renew the bucket prefix's owner marker; trying again at the next beat"),
+            }
+        }
+    }
+
+    /// Refuses writes and deletions once another process took the prefix over.
+    fn check_still_ours(&self) -> Result<()> {
+        if let Place::Bucket { url, claim, .. } = &self.place {
+            if let Some(by) = claim.lost_to.lock().clone() {
+                return Err(Error::PrefixTakenOver {
+                    url: url.clone(),
+                    by,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Where the files are, for logs and error messages (`s3://bucket/prefix/node-1`, or
@@ -153,10 +238,44 @@ impl FileStore {
         }
     }
 
+    /// Makes sure that writing the file `expected` describes destroys no other file. A
+    /// file already under its name that describes itself the same way is the same file
+    /// (names are log ranges and a range gives the same rows: a retry, or replay writing
+    /// what an earlier life wrote) and may be written over. Any other file there (one of
+    /// an earlier life whose log this node no longer holds, whose rows may exist nowhere
+    /// else) is moved to quarantine first, never overwritten.
+    pub(crate) async fn make_way(&self, expected: &FileMeta, quarantine_dir: &Path) -> Result<()> {
+        let store = self.writer();
+        let size = match store.head(&ObjectPath::from(expected.path.as_str())).await {
+            Ok(found) => found.size,
+            Err(object_store::Error::NotFound { .. }) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        let reason = match crate::catalog::read_footer(&store, &expected.path, size).await {
+            Ok(found) if found == *expected => return Ok(()),
+            Ok(found) => format!(
+                "another file held the name: {} rows over log {}..={} ({size} bytes), \
+                 where this node writes {} rows over log {}..={}",
+                found.rows,
+                found.log_first.0,
+                found.log_last.0,
+                expected.rows,
+                expected.log_first.0,
+                expected.log_last.0
+            ),
+            Err(e) => format!("an unreadable file held the name ({e})"),
+        };
+        metrics::counter!("quiver_storage_name_collisions_total").increment(1);
+        self.quarantine(quarantine_dir, &expected.path, &reason)
+            .await
+            .map(|_| ())
+    }
+
     /// Writes a whole file under `path`, durably: on local disk through a temporary
     /// file fsynced before its rename; in a bucket as one upload, visible only once
     /// complete.
     pub(crate) async fn write(&self, path: &str, bytes: Bytes) -> Result<()> {
+        self.check_still_ours()?;
         self.note_written(path).await;
         match &self.place {
             Place::Local(local) => {
@@ -180,6 +299,7 @@ impl FileStore {
     /// Moves a complete file built in `staged` (local disk) to `path`, durably. The
     /// staged file is gone afterwards when this succeeds.
     pub(crate) async fn install(&self, staged: &Path, path: &str) -> Result<()> {
+        self.check_still_ours()?;
         self.note_written(path).await;
         match &self.place {
             Place::Local(local) => {
@@ -206,7 +326,7 @@ impl FileStore {
             Place::Bucket { store, .. } => {
                 let target = self
                     .staging
-                    .join(format!("download-{}", path.replace('/', "_")));
+                    .join(format!("download-{}", crate::paths::staging_name(path)));
                 transfer::download(store, &ObjectPath::from(path), &target, size).await?;
                 Ok(LocalCopy {
                     path: target,
@@ -267,6 +387,7 @@ impl FileStore {
 
     /// Deletes `path`; a file already gone is not an error.
     pub(crate) async fn delete(&self, path: &str) -> Result<()> {
+        self.check_still_ours()?;
         match self.writer().delete(&ObjectPath::from(path)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(e.into()),
@@ -301,7 +422,8 @@ impl FileStore {
                 let (dir, path_owned) = (quarantine_dir.to_path_buf(), path.to_string());
                 blocking(move || local_quarantine(&local, &dir, &path_owned)).await?
             }
-            Place::Bucket { store, url } => {
+            Place::Bucket { store, url, .. } => {
+                self.check_still_ours()?;
                 let from = ObjectPath::from(path);
                 let stamp = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)

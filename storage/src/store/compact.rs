@@ -181,7 +181,11 @@ impl Storage {
         drop(copies);
         let output = merged?;
         if let Some(meta) = &output {
-            if let Err(e) = self.files.install(&staged, &meta.path).await {
+            let installed = match self.make_way_for(meta).await {
+                Ok(()) => self.files.install(&staged, &meta.path).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = installed {
                 remove_staged(&staged);
                 return Err(e);
             }

@@ -40,8 +40,9 @@ mod sweep;
 
 pub use lifecycle::{rows_at_or_after, split_past_retention, DeleteOutcome};
 pub use memory_image::{MemoryImage, TableImage};
+pub(crate) use persist::staging_dir;
 pub use source::{View, ViewSource};
-pub use sweep::SweepReport;
+pub use sweep::{SweepReport, UnaccountedFiles};
 
 /// Storage settings (the `[storage]` section of the node's configuration).
 #[derive(Debug, Clone)]
@@ -166,7 +167,7 @@ pub struct TableSummary {
 }
 
 /// Where whole files read from a bucket are cached, inside the storage directory.
-const OBJECT_CACHE_DIR: &str = "object-cache";
+pub(crate) const OBJECT_CACHE_DIR: &str = "object-cache";
 
 struct Table {
     key: TableKey,
@@ -207,6 +208,8 @@ pub struct Storage {
     durable_generation: AtomicU64,
     /// The files live at open, until the start's sweep has run (see `sweep`).
     live_at_open: parking_lot::Mutex<Option<sweep::LiveAtOpen>>,
+    /// What the start's sweep kept without proof (see [`UnaccountedFiles`]).
+    unaccounted: parking_lot::Mutex<UnaccountedFiles>,
     report: OpenReport,
 }
 
@@ -251,6 +254,8 @@ impl Storage {
                 store
             }
         };
+        // Before anything under a bucket prefix is read, written or deleted: is it ours?
+        file_store.claim(&config.dir).await?;
         // Opening from a manifest trusts it; the disk is swept once the node serves.
         let sweep_due = !matches!(files, FileSet::Footers);
         let (catalog, files, catalog_report) = Catalog::open(
@@ -304,8 +309,15 @@ impl Storage {
             file_generation: AtomicU64::new(0),
             durable_generation: AtomicU64::new(0),
             live_at_open: parking_lot::Mutex::new(live_at_open),
+            unaccounted: parking_lot::Mutex::new(UnaccountedFiles::default()),
             report,
         })
+    }
+
+    /// Keeps this node's claim on its bucket prefix alive while it runs (see
+    /// `FileStore::keep_claim`); returns only if another process took the prefix over.
+    pub async fn keep_bucket_claim(&self) {
+        self.files.keep_claim().await
     }
 
     /// Counts a file operation that runs on a thread of its own (a segment, a merge, a

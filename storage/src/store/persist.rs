@@ -208,11 +208,20 @@ impl Storage {
         .map_err(|e| Error::Catalog(format!("segment encoder task failed: {e}")))??;
         let mut metas = Vec::with_capacity(encoded.len());
         for file in encoded {
+            self.make_way_for(&file.meta).await?;
             self.files.write(&file.meta.path, file.bytes).await?;
             metas.push(file.meta);
         }
         drop(guard);
         Ok(metas)
+    }
+
+    /// Clears `meta`'s name of any other file before it is written (see
+    /// `FileStore::make_way`).
+    pub(crate) async fn make_way_for(&self, meta: &FileMeta) -> Result<()> {
+        self.files
+            .make_way(meta, &crate::catalog::quarantine_dir(&self.config.dir))
+            .await
     }
 
     /// Whether this node already holds the Parquet file `meta` describes.
@@ -246,7 +255,7 @@ impl Storage {
     /// Where a file being received from a peer is staged: inside the storage directory,
     /// so adopting it is a rename on the same filesystem.
     pub fn incoming_path(&self, meta: &FileMeta) -> PathBuf {
-        let name = meta.path.replace('/', "_");
+        let name = crate::paths::staging_name(&meta.path);
         self.staging_path(&format!("{name}.part"))
     }
 
@@ -289,6 +298,7 @@ impl Storage {
         })
         .await
         .map_err(|e| Error::Catalog(format!("file check task failed: {e}")))??;
+        self.make_way_for(meta).await?;
         self.files.install(staged, &meta.path).await?;
         drop(guard);
         self.catalog.insert(std::slice::from_ref(meta))?;

@@ -6,8 +6,15 @@
 //! warm page cache and minutes with a cold one, all of it before `/ready`. What that
 //! walk was for is done here instead, once, in the background:
 //!
-//! * files an earlier life left that the manifest does not list (written after the
-//!   snapshot: replay writes them again) are deleted;
+//! * files an earlier life left that the manifest does not list are deleted, but only
+//!   when the node can prove them garbage: their name's log range ends at or below the
+//!   highest index its snapshot and log held at open (`covered_through`), so whatever
+//!   they held is in the snapshot, comes back by replay, or was removed by an entry the
+//!   node holds. Any other file is *unaccounted*: kept, logged, counted in
+//!   [`UnaccountedFiles`] (`/api/v1/storage`, `quiver_storage_unaccounted_files`). An
+//!   empty or lost local state proves nothing: a node whose disk was lost and whose files
+//!   are in a bucket must not delete them (`quiver restore` adopts them), nor a node whose
+//!   WAL volume was lost the files written after its snapshot;
 //! * files the manifest lists that the disk lacks, or holds with another size, are
 //!   taken out of their tables and reported ([`SweepReport::lacking`]) for the caller
 //!   to fetch from a peer (wrong-sized ones are quarantined first);
@@ -27,7 +34,9 @@ use std::time::Instant;
 use super::{Storage, TableKey};
 use crate::catalog::quarantine_dir;
 use crate::error::{Error, Result};
+use crate::ids::LogIndex;
 use crate::meta::FileMeta;
+use crate::paths::log_end_of;
 
 /// What the sweep found and did; logged, and read by tests.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -38,8 +47,11 @@ pub struct SweepReport {
     pub listed: usize,
     /// Temporary files of interrupted writes that were removed.
     pub temp_files_removed: Vec<String>,
-    /// Files not live at open and not written since, deleted.
+    /// Files not live at open and not written since, proven garbage, deleted.
     pub unlisted_files_deleted: Vec<String>,
+    /// Files not live at open that the node cannot prove garbage: kept (see
+    /// [`UnaccountedFiles`]).
+    pub unaccounted: Vec<String>,
     /// Files live since open that the disk lacks or holds with another size (those
     /// quarantined), taken out of their tables: the caller fetches them from a peer.
     pub lacking: Vec<FileMeta>,
@@ -49,6 +61,26 @@ pub struct SweepReport {
     /// See `catalog_removed`.
     pub catalog_added: usize,
 }
+
+/// Parquet files under this node's data prefix that were not live at open and that it
+/// cannot prove are garbage (module documentation): the files of an earlier life whose
+/// local state was lost, or written after the snapshot of a node whose log was lost.
+/// They are kept, never read by queries, and reported until an operator adopts them
+/// (`quiver restore`) or a later start proves them garbage.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UnaccountedFiles {
+    /// How many.
+    pub files: usize,
+    /// Their bytes.
+    pub bytes: u64,
+    /// The highest log index their names hold (`None`: no name Quiver writes).
+    pub log_end_max: Option<u64>,
+    /// A few of their paths, for the operator.
+    pub examples: Vec<String>,
+}
+
+/// Paths of unaccounted files named in logs and `/api/v1/storage`.
+const UNACCOUNTED_EXAMPLES_MAX: usize = 10;
 
 /// The paths live at open, as hashes: enough to never delete one of them (a collision
 /// can only spare a file that should have gone), at 8 bytes a file.
@@ -78,18 +110,30 @@ impl Storage {
     }
 
     /// Runs the start's sweep (see the module documentation), once; later calls do
-    /// nothing. On an error the sweep is over all the same (files not deleted stay
+    /// nothing. `covered_through`: the highest log index the node's snapshot and log
+    /// held at open; a file not live at open is deleted only if its name ends at or
+    /// below it. On an error the sweep is over all the same (files not deleted stay
     /// until the next start's sweep; nothing live is touched).
-    pub async fn sweep(&self) -> Result<SweepReport> {
+    pub async fn sweep(&self, covered_through: LogIndex) -> Result<SweepReport> {
         let Some(live_at_open) = self.live_at_open.lock().take() else {
             return Ok(SweepReport::default());
         };
-        let result = self.sweep_with(&live_at_open).await;
+        let result = self.sweep_with(&live_at_open, covered_through).await;
         self.files.stop_recording_writes().await;
         result
     }
 
-    async fn sweep_with(&self, live_at_open: &LiveAtOpen) -> Result<SweepReport> {
+    /// Files kept by the last sweep because nothing proved them garbage (see
+    /// [`UnaccountedFiles`]).
+    pub fn unaccounted_files(&self) -> UnaccountedFiles {
+        self.unaccounted.lock().clone()
+    }
+
+    async fn sweep_with(
+        &self,
+        live_at_open: &LiveAtOpen,
+        covered_through: LogIndex,
+    ) -> Result<SweepReport> {
         let started = Instant::now();
         let mut report = SweepReport {
             ran: true,
@@ -99,11 +143,24 @@ impl Storage {
         let listed_ms = started.elapsed().as_millis() as u64;
         report.listed = listed.len();
         report.temp_files_removed = temps_removed;
-        for path in listed.keys().filter(|p| !live_at_open.contains(p)) {
-            if self.files.delete_unless_written(path).await? {
-                report.unlisted_files_deleted.push(path.clone());
+        let mut unaccounted = UnaccountedFiles::default();
+        for (path, size) in listed.iter().filter(|(p, _)| !live_at_open.contains(p)) {
+            let end = log_end_of(path);
+            if end.is_some_and(|end| end <= covered_through) {
+                if self.files.delete_unless_written(path).await? {
+                    report.unlisted_files_deleted.push(path.clone());
+                }
+            } else if !self.files.written_since_open(path).await {
+                unaccounted.files += 1;
+                unaccounted.bytes += size;
+                unaccounted.log_end_max = unaccounted.log_end_max.max(end.map(|e| e.0));
+                if unaccounted.examples.len() < UNACCOUNTED_EXAMPLES_MAX {
+                    unaccounted.examples.push(path.clone());
+                }
+                report.unaccounted.push(path.clone());
             }
         }
+        self.report_unaccounted(unaccounted, covered_through);
         report.lacking = self.take_out_lacking(&listed).await?;
         drop(listed);
         let compared_ms = started.elapsed().as_millis() as u64;
@@ -111,6 +168,7 @@ impl Storage {
         tracing::info!(
             listed = report.listed,
             deleted = report.unlisted_files_deleted.len(),
+            unaccounted = report.unaccounted.len(),
             lacking = report.lacking.len(),
             catalog_removed = report.catalog_removed,
             catalog_added = report.catalog_added,
@@ -120,6 +178,27 @@ impl Storage {
             "swept the Parquet files against the ones opened with"
         );
         Ok(report)
+    }
+
+    /// Records, logs and publishes what the sweep kept without proof.
+    fn report_unaccounted(&self, found: UnaccountedFiles, covered_through: LogIndex) {
+        metrics::gauge!("quiver_storage_unaccounted_files").set(found.files as f64);
+        metrics::gauge!("quiver_storage_unaccounted_bytes").set(found.bytes as f64);
+        if found.files > 0 {
+            tracing::error!(
+                files = found.files,
+                bytes = found.bytes,
+                log_end_max = ?found.log_end_max,
+                covered_through = covered_through.0,
+                location = %self.files.describe(),
+                examples = ?found.examples,
+                "Parquet files this node cannot account for are kept, not deleted: its \
+                 snapshot and log end before them (a lost disk or WAL volume, or files \
+                 of another node). Their rows are not queryable until they are adopted: \
+                 stop the node and run `quiver restore` (docs/operations.md)"
+            );
+        }
+        *self.unaccounted.lock() = found;
     }
 
     /// Live files the listing lacks or holds with another size, and not written since

@@ -111,7 +111,7 @@ async fn unreadable_parquet_file_is_quarantined_and_the_node_starts() {
     expected.sort();
     assert_eq!(quarantined, expected);
     assert_eq!(report.temp_files_removed, [temp]);
-    assert!(report.incomplete_files_deleted.is_empty());
+    assert!(report.incomplete_files_quarantined.is_empty());
 
     // The readable files are kept and queryable; the others wait in quarantine.
     let kept: Vec<String> = s.files().iter().map(|f| f.path.clone()).collect();

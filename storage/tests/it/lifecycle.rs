@@ -106,7 +106,11 @@ async fn a_segment_keeps_its_other_hours_after_one_hour_is_merged_and_the_node_r
         "hour 11 of the first segment must survive: {:?}",
         s.open_report()
     );
-    assert!(s.open_report().catalog.incomplete_files_deleted.is_empty());
+    assert!(s
+        .open_report()
+        .catalog
+        .incomplete_files_quarantined
+        .is_empty());
 }
 
 #[tokio::test]
@@ -133,14 +137,20 @@ async fn a_snapshot_manifest_decides_which_files_are_live_at_open() {
             .path
             .clone();
     }
-    // And a stray file an earlier life left, under a name replay never writes again.
+    // And two stray files an earlier life left under names replay never writes again:
+    // one within what the node holds at open (snapshot and log reach 7: garbage), one
+    // beyond it (perhaps the only copy of its rows: kept).
     let stray =
+        quiver_storage::parquet_path("db", "cpu", TimestampNs(T0), LogIndex(6), LogIndex(6));
+    let beyond =
         quiver_storage::parquet_path("db", "cpu", TimestampNs(T0), LogIndex(100), LogIndex(101));
-    std::fs::copy(
-        dir.path().join("parquet").join(&written_after),
-        dir.path().join("parquet").join(&stray),
-    )
-    .unwrap();
+    for name in [&stray, &beyond] {
+        std::fs::copy(
+            dir.path().join("parquet").join(&written_after),
+            dir.path().join("parquet").join(name),
+        )
+        .unwrap();
+    }
     let s = Storage::open_with(
         config(dir.path()),
         FileSet::Manifest {
@@ -163,20 +173,30 @@ async fn a_snapshot_manifest_decides_which_files_are_live_at_open() {
         .unwrap();
     s.apply_flush(LogIndex(7), &[key()]);
     assert!(s.persist_next().await.unwrap());
-    let swept = s.sweep().await.unwrap();
+    let swept = s.sweep(LogIndex(7)).await.unwrap();
     assert_eq!(
         swept.unlisted_files_deleted,
         vec![stray.clone()],
-        "only the stray goes: the file replay wrote again is live"
+        "only the stray within reach goes: the file replay wrote again is live"
     );
+    assert_eq!(swept.unaccounted, vec![beyond.clone()]);
     assert!(swept.lacking.is_empty());
     assert!(!dir.path().join("parquet").join(&stray).exists());
+    assert!(dir.path().join("parquet").join(&beyond).exists());
     assert!(dir.path().join("parquet").join(&written_after).exists());
+    let unaccounted = s.unaccounted_files();
+    assert_eq!(unaccounted.files, 1);
+    assert_eq!(unaccounted.log_end_max, Some(101));
+    assert_eq!(unaccounted.examples, vec![beyond.clone()]);
     assert_eq!(rows_in_files(&s), 5, "its row is back, once");
     assert!(!s.sweep_due());
-    assert!(!s.sweep().await.unwrap().ran, "a sweep runs once");
+    assert!(
+        !s.sweep(LogIndex(7)).await.unwrap().ran,
+        "a sweep runs once"
+    );
     // sled now holds exactly the live files: a reopen from the footers agrees with it.
     drop(s);
+    std::fs::remove_file(dir.path().join("parquet").join(&beyond)).unwrap();
     let s = Storage::open(config(dir.path())).await.unwrap();
     assert_eq!(s.open_report().catalog.rebuilt_because, None);
     assert_eq!(rows_in_files(&s), 5);
@@ -195,7 +215,41 @@ async fn with_no_snapshot_and_a_whole_log_every_file_is_regenerated() {
     assert!(s
         .table("db", "cpu")
         .is_none_or(|t| t.files.all().is_empty()));
-    assert_eq!(s.sweep().await.unwrap().unlisted_files_deleted.len(), 2);
+    // The log reaches entry 5 (the merge): every file is within it.
+    assert_eq!(
+        s.sweep(LogIndex(5))
+            .await
+            .unwrap()
+            .unlisted_files_deleted
+            .len(),
+        2
+    );
+}
+
+/// A node whose local state is gone (a lost disk, files in a bucket; or a lost WAL
+/// volume) opens with nothing and a log that reaches no index: the files are the only
+/// copy of their rows, so the sweep keeps every one and reports them.
+#[tokio::test]
+async fn an_empty_state_proves_nothing_so_the_sweep_keeps_every_file() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = Storage::open(config(dir.path())).await.unwrap();
+        merge_one_hour_of_a_two_hour_segment(&s).await;
+    }
+    let s = Storage::open_with(config(dir.path()), FileSet::Nothing)
+        .await
+        .unwrap();
+    let swept = s.sweep(LogIndex(0)).await.unwrap();
+    assert!(swept.unlisted_files_deleted.is_empty(), "{swept:?}");
+    assert_eq!(swept.unaccounted.len(), 2, "{swept:?}");
+    let unaccounted = s.unaccounted_files();
+    assert_eq!(unaccounted.files, 2);
+    assert!(unaccounted.bytes > 0);
+    assert_eq!(unaccounted.log_end_max, Some(5));
+    drop(s);
+    // Still there: the files a restore would adopt.
+    let s = Storage::open(config(dir.path())).await.unwrap();
+    assert_eq!(rows_in_files(&s), 4);
 }
 
 /// A file the manifest lists is gone, another holds other bytes: the sweep takes both
@@ -223,7 +277,7 @@ async fn the_sweep_reports_listed_files_the_disk_lacks() {
     .await
     .unwrap();
     assert_eq!(s.table("db", "cpu").unwrap().files.all().len(), 2);
-    let swept = s.sweep().await.unwrap();
+    let swept = s.sweep(LogIndex(5)).await.unwrap();
     let mut lacking: Vec<&str> = swept.lacking.iter().map(|f| f.path.as_str()).collect();
     lacking.sort();
     let mut expected: Vec<&str> = manifest.iter().map(|f| f.path.as_str()).collect();
@@ -297,7 +351,7 @@ async fn a_hundred_thousand_files_open_from_the_manifest() {
         let opened = started.elapsed();
         assert_eq!(s.files().len(), 100_000);
         let started = std::time::Instant::now();
-        let swept = s.sweep().await.unwrap();
+        let swept = s.sweep(LogIndex(200_000)).await.unwrap();
         let sweep_time = started.elapsed();
         assert_eq!(swept.listed, 100_000);
         assert!(swept.lacking.is_empty());

@@ -33,6 +33,7 @@ mod model;
 mod net;
 mod node;
 mod plan;
+mod scenarios;
 
 use std::time::{Duration, Instant};
 
@@ -133,28 +134,7 @@ async fn run(seed: u64, steps: usize) {
             .try_init();
     }
     let started = Instant::now();
-    let root = tempfile::tempdir().expect("a temporary directory");
-    let net = SimNet::new(seed);
-    let peers: Vec<(u64, String)> = (1..=NODES).map(|id| (id, format!("sim-{id}"))).collect();
-    let mut sim = Sim {
-        seed,
-        nodes: (1..=NODES)
-            .map(|id| SimNode::new(root.path(), id, peers.clone(), seed))
-            .collect(),
-        _root: root,
-        net,
-        model: Model::default(),
-        next_batch: 0,
-        history: Vec::new(),
-        supervisor_restarts: 0,
-    };
-    for node in &mut sim.nodes {
-        node.start(&sim.net).await;
-    }
-    // The cluster forms before anything goes wrong: a node that has not yet caught up
-    // once cannot tell a lost log from a new one, and two such nodes of three cannot
-    // elect anyone (the same as losing a majority).
-    sim.checkpoint().await;
+    let mut sim = Sim::formed(seed, |_| {}).await;
     let scenario = plan::plan(seed, steps, CHECK_EVERY);
     let mut spent: std::collections::BTreeMap<&'static str, Duration> = Default::default();
     for (i, step) in scenario.iter().enumerate() {
@@ -183,6 +163,34 @@ async fn run(seed: u64, steps: usize) {
 }
 
 impl Sim {
+    /// A cluster of [`NODES`] nodes, `adjust`ed before they start, formed: the cluster
+    /// forms before anything goes wrong, since a node that has not yet caught up once
+    /// cannot tell a lost log from a new one, and two such nodes of three cannot elect
+    /// anyone (the same as losing a majority).
+    async fn formed(seed: u64, adjust: impl Fn(&mut SimNode)) -> Sim {
+        let root = tempfile::tempdir().expect("a temporary directory");
+        let net = SimNet::new(seed);
+        let peers: Vec<(u64, String)> = (1..=NODES).map(|id| (id, format!("sim-{id}"))).collect();
+        let mut sim = Sim {
+            seed,
+            nodes: (1..=NODES)
+                .map(|id| SimNode::new(root.path(), id, peers.clone(), seed))
+                .collect(),
+            _root: root,
+            net,
+            model: Model::default(),
+            next_batch: 0,
+            history: Vec::new(),
+            supervisor_restarts: 0,
+        };
+        for node in &mut sim.nodes {
+            adjust(node);
+            node.start(&sim.net).await;
+        }
+        sim.checkpoint().await;
+        sim
+    }
+
     fn node(&mut self, id: u64) -> &mut SimNode {
         &mut self.nodes[(id - 1) as usize]
     }

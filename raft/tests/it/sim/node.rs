@@ -46,6 +46,9 @@ pub struct SimNode {
     disk: SimFs,
     seed: u64,
     running: Option<Running>,
+    /// `http.write_timeout_ms` of the node (scenarios that need a write to outlive an
+    /// election raise it).
+    pub write_timeout_ms: u64,
 }
 
 impl SimNode {
@@ -58,6 +61,7 @@ impl SimNode {
             disk: SimFs::new(seed ^ id),
             seed,
             running: None,
+            write_timeout_ms: 700,
         }
     }
 
@@ -215,7 +219,7 @@ impl SimNode {
             peers: self.peers.clone(),
             secret: "sim".into(),
             leader_wait_ms: 100,
-            write_timeout_ms: 700,
+            write_timeout_ms: self.write_timeout_ms,
             replication: ReplicationLimits {
                 bytes_max: 64 << 10,
                 timeout_ms: 2_000,
