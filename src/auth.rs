@@ -183,6 +183,16 @@ impl Auth {
         self.check_token(token.as_deref(), needed)
     }
 
+    /// Whether the request carries a token this node knows, whatever its scopes (the
+    /// check made before a body is read; each handler then checks the scope it needs).
+    pub fn authenticates(&self, headers: &HeaderMap, query_token: Option<&str>) -> bool {
+        let token = token_from(headers).or(query_token.map(Cow::Borrowed));
+        match self.check_token(token.as_deref(), Permission::Read) {
+            Ok(_) | Err(AuthError::Forbidden) => true,
+            Err(AuthError::Unauthenticated) => false,
+        }
+    }
+
     /// Whether authentication is on (off only with `--auth none`).
     pub fn enabled(&self) -> bool {
         self.enabled

@@ -68,6 +68,8 @@ pub struct PgSection {
     pub addr: Option<String>,
     /// Postgres connections open at once; more are refused with an error.
     pub connections_max: usize,
+    /// Postgres connections open at once from one client address; more are refused.
+    pub connections_per_address_max: usize,
 }
 
 impl Default for PgSection {
@@ -75,16 +77,31 @@ impl Default for PgSection {
         PgSection {
             addr: None,
             connections_max: 256,
+            connections_per_address_max: 64,
         }
     }
 }
 
 /// `[flight]`: the Arrow Flight SQL door.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FlightSection {
     /// Listen address (`127.0.0.1:8082`); none: no Flight SQL listener.
     pub addr: Option<String>,
+    /// Flight connections open at once; more are closed at once.
+    pub connections_max: usize,
+    /// Flight connections open at once from one client address; more are closed.
+    pub connections_per_address_max: usize,
+}
+
+impl Default for FlightSection {
+    fn default() -> Self {
+        FlightSection {
+            addr: None,
+            connections_max: 256,
+            connections_per_address_max: 64,
+        }
+    }
 }
 
 /// `[retention]`
@@ -156,8 +173,14 @@ pub struct HttpConfig {
     /// Longest wait for a request's headers, and for the next request on an idle
     /// kept-alive connection.
     pub header_timeout_ms: u64,
-    /// Connections open at once; more wait in the accept queue.
+    /// Connections open at once; more are answered 503 and closed.
     pub connections_max: usize,
+    /// Connections open at once from one client address (the cluster's peers
+    /// excepted); more are answered 429 and closed.
+    pub connections_per_address_max: usize,
+    /// Of `connections_max`, how many only the cluster's peers may use, so that
+    /// replication and elections go on while clients fill the rest.
+    pub connections_reserved_for_peers: usize,
     /// Longest a graceful stop (SIGTERM) waits for open requests.
     pub shutdown_timeout_ms: u64,
     /// Certificate chain (PEM) of the listener; with `tls_key`, the port speaks HTTPS
@@ -179,6 +202,8 @@ impl Default for HttpConfig {
             body_timeout_ms: 60_000,
             header_timeout_ms: 30_000,
             connections_max: 1_024,
+            connections_per_address_max: 256,
+            connections_reserved_for_peers: 64,
             shutdown_timeout_ms: 30_000,
             tls_cert: None,
             tls_key: None,
@@ -679,6 +704,13 @@ impl Config {
         if self.pg.connections_max == 0 {
             bail!("pg.connections_max must be at least 1");
         }
+        if self.http.connections_reserved_for_peers >= self.http.connections_max {
+            bail!(
+                "http.connections_reserved_for_peers ({}) must be below http.connections_max ({})",
+                self.http.connections_reserved_for_peers,
+                self.http.connections_max
+            );
+        }
         self.retention_default_ns()?;
         self.wal_sync()?;
         if self.cluster.node_id == 0 {
@@ -733,6 +765,19 @@ impl Config {
             ("http.body_timeout_ms", self.http.body_timeout_ms),
             ("http.header_timeout_ms", self.http.header_timeout_ms),
             ("http.connections_max", self.http.connections_max as u64),
+            (
+                "http.connections_per_address_max",
+                self.http.connections_per_address_max as u64,
+            ),
+            ("flight.connections_max", self.flight.connections_max as u64),
+            (
+                "flight.connections_per_address_max",
+                self.flight.connections_per_address_max as u64,
+            ),
+            (
+                "pg.connections_per_address_max",
+                self.pg.connections_per_address_max as u64,
+            ),
             ("raft.entry_bytes_max", self.raft.entry_bytes_max as u64),
             (
                 "raft.replication_bytes_max",

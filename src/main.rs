@@ -7,6 +7,7 @@ mod config;
 mod continuous;
 mod dir_lock;
 mod flight;
+mod gate;
 mod http;
 mod node;
 mod pg;

@@ -14,6 +14,7 @@ use tokio::sync::Semaphore;
 
 use crate::auth::Auth;
 use crate::config::Config;
+use crate::gate::{resolve_peers, ConnectionGate, GateLimits};
 use crate::http::server::{raise_open_files_limit, ServerLimits};
 use crate::http::{router, AppInner, AppState, VolumeWatch, WriteBudget};
 
@@ -189,10 +190,19 @@ pub async fn serve(config: Config) -> Result<()> {
         .with_context(|| format!("http.addr {addr}: cannot listen"))?;
     tracing::info!(%addr, tls = tls.is_some(), data_dir = %data_dir.display(), wal_dir = %config.wal_dir().display(), wal_sync = %sync, ms = started.elapsed().as_millis() as u64, "quiver is serving");
     let limits = ServerLimits {
-        connections_max: config.http.connections_max,
         header_timeout_ms: config.http.header_timeout_ms,
         shutdown_timeout_ms: config.http.shutdown_timeout_ms,
     };
+    let http_gate = ConnectionGate::new(GateLimits {
+        connections_max: config.http.connections_max,
+        per_address_max: config.http.connections_per_address_max,
+        reserved_for_peers: config.http.connections_reserved_for_peers,
+    });
+    let peer_watch = tokio::spawn(keep_peer_addresses(
+        node.clone(),
+        config.peers()?,
+        http_gate.clone(),
+    ));
     let pg_door = match config.pg_addr()? {
         Some(pg_addr) => {
             let pg_listener = tokio::net::TcpListener::bind(pg_addr)
@@ -200,10 +210,15 @@ pub async fn serve(config: Config) -> Result<()> {
                 .with_context(|| format!("pg.addr {pg_addr}: cannot listen"))?;
             let pg_tls = doors_tls.as_ref().map(|t| Arc::clone(&t.pg));
             tracing::info!(%pg_addr, tls = pg_tls.is_some(), "postgres wire protocol listening");
+            let pg_gate = ConnectionGate::new(GateLimits {
+                connections_max: config.pg.connections_max,
+                per_address_max: config.pg.connections_per_address_max,
+                reserved_for_peers: 0,
+            });
             Some(tokio::spawn(crate::pg::serve(
                 pg_listener,
                 state.clone(),
-                config.pg.connections_max,
+                pg_gate,
                 pg_tls,
             )))
         }
@@ -216,9 +231,15 @@ pub async fn serve(config: Config) -> Result<()> {
                 .with_context(|| format!("flight.addr {flight_addr}: cannot listen"))?;
             let flight_tls = doors_tls.as_ref().map(|t| Arc::clone(&t.flight));
             tracing::info!(%flight_addr, tls = flight_tls.is_some(), "arrow flight sql listening");
+            let flight_gate = ConnectionGate::new(GateLimits {
+                connections_max: config.flight.connections_max,
+                per_address_max: config.flight.connections_per_address_max,
+                reserved_for_peers: 0,
+            });
             Some(tokio::spawn(crate::flight::serve(
                 flight_listener,
                 state.clone(),
+                flight_gate,
                 flight_tls,
             )))
         }
@@ -232,10 +253,11 @@ pub async fn serve(config: Config) -> Result<()> {
             () = fatal.notified() => {}
         }
     };
-    crate::http::server::serve(listener, router(state), limits, tls, stop)
+    crate::http::server::serve(listener, router(state), limits, http_gate, tls, stop)
         .await
         .context("http server")?;
     watchdog.abort();
+    peer_watch.abort();
     cq_runner.abort();
     if let Some(door) = pg_door {
         door.abort();
@@ -279,6 +301,21 @@ pub fn storage_config(config: &Config) -> StorageConfig {
             input_grace_ms: config.compaction.input_grace_ms,
         },
         object_store: config.bucket(),
+    }
+}
+
+/// How often the addresses of the cluster's members are looked up again (members come
+/// and go with `add-learner` and `remove`; a name may move to another address).
+const PEER_ADDRESSES_REFRESH_MS: u64 = 30_000;
+
+/// Keeps the HTTP gate's list of peer addresses (which may use the connections
+/// reserved for them) to the static peers and the current members.
+async fn keep_peer_addresses(node: RaftNode, peers: Vec<(u64, String)>, gate: ConnectionGate) {
+    loop {
+        let mut hosts: Vec<String> = peers.iter().map(|(_, addr)| addr.clone()).collect();
+        hosts.extend(node.member_addrs());
+        gate.set_peers(resolve_peers(hosts.iter().map(String::as_str)).await);
+        tokio::time::sleep(std::time::Duration::from_millis(PEER_ADDRESSES_REFRESH_MS)).await;
     }
 }
 

@@ -822,6 +822,18 @@ impl RaftNode {
         Instant::now() + Duration::from_millis(MEMBERSHIP_TIMEOUT_MS)
     }
 
+    /// The addresses of every member (voters and learners), from the current membership.
+    pub fn member_addrs(&self) -> Vec<String> {
+        self.raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(_, n)| n.addr.clone())
+            .collect()
+    }
+
     /// The address of a member, from the current membership.
     pub fn member_addr(&self, id: NodeId) -> Option<String> {
         self.raft

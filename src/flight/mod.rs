@@ -16,28 +16,28 @@
 //!   InfluxDB 3's JSON tickets; [`door`] routes the latter before Flight SQL decodes.
 //! - [`status`]: engine and auth errors as gRPC statuses.
 //!
-//! - [`tls`]: with `http.tls_cert` set, the door speaks gRPC over TLS only, on the
-//!   node's certificate; without it, plain HTTP/2 (h2c).
+//! - [`incoming`]: the connections served, capped in all and per client address;
+//!   with `http.tls_cert` set, gRPC over TLS only, on the node's certificate; without
+//!   it, plain HTTP/2 (h2c).
 //!
 //! It is not a way to write: every statement is read-only, as over HTTP.
 
 mod caller;
 mod door;
+mod incoming;
 mod metadata;
 mod prepared;
 mod service;
 mod status;
 mod ticket;
-mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::gate::ConnectionGate;
+use crate::http::AppState;
 use arrow_flight::flight_service_server::FlightServiceServer;
 use tokio::net::TcpListener;
-use tonic::transport::server::TcpIncoming;
-
-use crate::http::AppState;
 
 /// Requests one HTTP/2 connection may have in flight at once (queries are further
 /// bounded by the engine's admission: `query.concurrency_max`, `query.queue_max`).
@@ -51,7 +51,12 @@ const KEEPALIVE_INTERVAL_MS: u64 = 30_000;
 
 /// Serves Flight SQL on `listener` (over TLS when `tls` is given) until the task is
 /// dropped.
-pub async fn serve(listener: TcpListener, app: AppState, tls: Option<Arc<rustls::ServerConfig>>) {
+pub async fn serve(
+    listener: TcpListener,
+    app: AppState,
+    gate: ConnectionGate,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) {
     let service = match service::Service::new(app) {
         Ok(service) => Arc::new(service),
         Err(e) => {
@@ -65,17 +70,9 @@ pub async fn serve(listener: TcpListener, app: AppState, tls: Option<Arc<rustls:
         .max_concurrent_streams(STREAMS_PER_CONNECTION_MAX)
         .http2_keepalive_interval(Some(Duration::from_millis(KEEPALIVE_INTERVAL_MS)))
         .add_service(door);
-    let result = match tls {
-        Some(config) => {
-            router
-                .serve_with_incoming(tls::incoming(listener, config))
-                .await
-        }
-        None => {
-            let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-            router.serve_with_incoming(incoming).await
-        }
-    };
+    let result = router
+        .serve_with_incoming(incoming::incoming(listener, tls, gate))
+        .await;
     if let Err(e) = result {
         tracing::error!(error = %e, "flight.addr: the Flight SQL server stopped");
     }

@@ -89,9 +89,45 @@ impl WriteBudget {
         Ok(())
     }
 
+    /// Takes `bytes` for as long as the caller wants, never waiting: what a decoder
+    /// reserves as it builds (see [`quiver_storage::DecodeMemory`]).
+    fn reserve_detached(&self, bytes: usize) -> Result<(), ChargeRefused> {
+        let kib = bytes.div_ceil(1024).max(1);
+        if kib as u64 > u64::from(self.kib_max) {
+            return Err(ChargeRefused::TooLarge {
+                bytes: kib as u64 * 1024,
+                bytes_max: u64::from(self.kib_max) * 1024,
+            });
+        }
+        self.kib
+            .try_acquire_many(kib as u32)
+            .map(tokio::sync::SemaphorePermit::forget)
+            .map_err(|_| ChargeRefused::Busy)
+    }
+
     /// Bytes of the budget in use now.
     pub fn bytes_in_use(&self) -> u64 {
         u64::from(self.kib_max).saturating_sub(self.kib.available_permits() as u64) * 1024
+    }
+}
+
+impl quiver_storage::DecodeMemory for WriteBudget {
+    fn reserve(&self, bytes: usize) -> Result<(), quiver_storage::DecodeMemoryRefusal> {
+        self.reserve_detached(bytes)
+            .map_err(|refused| match refused {
+                ChargeRefused::Busy => quiver_storage::DecodeMemoryRefusal::Busy,
+                ChargeRefused::TooLarge { bytes_max, .. } => {
+                    quiver_storage::DecodeMemoryRefusal::TooLarge {
+                        bytes_max: bytes_max as usize,
+                    }
+                }
+            })
+    }
+
+    fn release(&self, bytes: usize) {
+        if bytes > 0 {
+            self.kib.add_permits(bytes.div_ceil(1024).max(1));
+        }
     }
 }
 

@@ -127,7 +127,7 @@ async fn handle(
     let decode = Box::new(move |payload: bytes::Bytes| {
         let stored = |measurement: &str| storage.schema_of(&db, measurement);
         let parsed = parse_line_protocol_for(&payload, precision, now_ns(), &limits, &stored)
-            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+            .map_err(super::write::decode_error)?;
         let mut rejected = parsed.rejected;
         let tables = reject_expired_rows(
             &storage,

@@ -7,6 +7,7 @@ mod continuous;
 mod delete;
 mod digest;
 mod error;
+mod guard;
 mod internal;
 mod line_protocol;
 mod msgpack;
@@ -136,7 +137,12 @@ pub fn router(state: AppState) -> Router {
     } else {
         public
     };
-    routes.with_state(state)
+    routes
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            guard::guard,
+        ))
+        .with_state(state)
 }
 
 /// `/internal/`: peers only. Each handler checks the cluster secret before it reads a

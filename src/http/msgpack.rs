@@ -27,7 +27,7 @@ pub async fn write_msgpack(
     let decode = Box::new(move |payload: bytes::Bytes| {
         let stored = |measurement: &str| storage.schema_of(&db, measurement);
         let tables = quiver_storage::decode_msgpack(&payload, now_ns(), &limits, &stored)
-            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+            .map_err(super::write::decode_error)?;
         let tables = tables
             .into_iter()
             .map(|(measurement, batch)| {

@@ -68,14 +68,41 @@ pub async fn ready(State(app): State<AppState>) -> Response {
     }
 }
 
-/// `GET /metrics`: Prometheus text format.
-pub async fn metrics(State(app): State<AppState>) -> Response {
+/// `GET /metrics`: Prometheus text format. Open to anyone who reaches the port (a
+/// scraper needs no token for the node's own health), but the series labelled with a
+/// database or measurement name are shown only to a request with a valid token: names
+/// say what a node holds, and a node with authentication on does not tell strangers.
+pub async fn metrics(
+    State(app): State<AppState>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
     crate::telemetry::refresh_gauges(&app);
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        app.prometheus.render(),
-    )
-        .into_response()
+    let rendered = app.prometheus.render();
+    let named = !app.auth.enabled()
+        || app
+            .auth
+            .authenticates(&headers, params.get("p").map(String::as_str));
+    let body = if named {
+        rendered
+    } else {
+        without_named_series(&rendered)
+    };
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+}
+
+/// `rendered` without the samples that carry a `database` or `measurement` label.
+fn without_named_series(rendered: &str) -> String {
+    let mut out = String::with_capacity(rendered.len());
+    for line in rendered.lines() {
+        let sample = !line.starts_with('#');
+        if sample && (line.contains("database=\"") || line.contains("measurement=\"")) {
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
 }
 
 fn rfc3339(ns: Option<i64>) -> Value {
@@ -193,4 +220,17 @@ pub async fn measurements(
     // `{"success": true, "measurements": [...]}`, and working with Arc's clients
     // unchanged is the promise, so the list is wrapped.
     Ok(Json(json!({"success": true, "measurements": list})))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_leave_the_metrics_without_a_token() {
+        let rendered = "# TYPE quiver_table_rows gauge\nquiver_table_rows{database=\"secret\",measurement=\"m\"} 3\nquiver_buffer_rows 0\n";
+        let shown = without_named_series(rendered);
+        assert!(!shown.contains("secret"), "{shown}");
+        assert!(shown.contains("quiver_buffer_rows 0"), "{shown}");
+    }
 }

@@ -35,6 +35,12 @@ pub async fn write_prom(
     let decode = Box::new(move |payload: bytes::Bytes| {
         let stored = |measurement: &str| storage.schema_of(&db, measurement);
         let out = quiver_storage::decode_prom_write(&payload, &limits, &stored).map_err(|e| {
+            if matches!(
+                e,
+                quiver_storage::Error::NodeBusy(_) | quiver_storage::Error::LimitExceeded { .. }
+            ) {
+                return super::write::decode_error(e);
+            }
             let hint = if snappy {
                 ""
             } else {

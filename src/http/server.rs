@@ -1,4 +1,5 @@
-//! The accept loop: hyper HTTP/1.1 connections with a cap on how many are open, a
+//! The accept loop: hyper HTTP/1.1 connections let in by a [`ConnectionGate`] (a cap
+//! on all of them, one per client address, a reserve for the cluster's peers), a
 //! deadline for request headers (which also closes idle keep-alive connections), and a
 //! graceful stop that lets in-flight requests finish.
 //!
@@ -12,7 +13,6 @@
 //! than one that never sends headers.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -22,14 +22,13 @@ use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
+
+use crate::gate::{ConnectionGate, GateRefusal};
 
 /// Limits of the HTTP listener (`http.*` settings).
 #[derive(Debug, Clone, Copy)]
 pub struct ServerLimits {
-    /// Most connections open at once; more wait in the kernel's accept queue.
-    pub connections_max: usize,
     /// Longest wait for a request's headers, including the idle time of a kept-alive
     /// connection before its next request; also the deadline of a TLS handshake.
     pub header_timeout_ms: u64,
@@ -47,10 +46,10 @@ pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: ServerLimits,
+    gate: ConnectionGate,
     tls: Option<TlsAcceptor>,
     stop: impl Future<Output = ()>,
 ) -> Result<()> {
-    let slots = Arc::new(Semaphore::new(limits.connections_max));
     let graceful = GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
@@ -58,14 +57,7 @@ pub async fn serve(
         .keep_alive(true);
     tokio::pin!(stop);
     loop {
-        let slot = tokio::select! {
-            slot = slots.clone().acquire_owned() => slot?,
-            () = &mut stop => break,
-        };
-        if slots.available_permits() == 0 {
-            metrics::counter!("quiver_http_connection_cap_reached_total").increment(1);
-        }
-        let (stream, _peer) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
@@ -76,6 +68,15 @@ pub async fn serve(
                 }
             },
             () = &mut stop => break,
+        };
+        let slot = match gate.admit(peer.ip()) {
+            Ok(ticket) => ticket,
+            Err(refusal) => {
+                metrics::counter!("quiver_http_connections_refused_total", "reason" => refusal.label())
+                    .increment(1);
+                tokio::spawn(refuse_connection(stream, refusal, tls.is_some()));
+                continue;
+            }
         };
         // Streamed responses end with a small final chunk written after the last data
         // chunk; with Nagle's algorithm on, it waits for the client's delayed ACK (about
@@ -129,6 +130,42 @@ pub async fn serve(
         );
     }
     Ok(())
+}
+
+/// Most time spent telling a refused connection why.
+const REFUSAL_WRITE_MS: u64 = 1_000;
+
+/// Tells a connection the gate refused why, as an HTTP answer (503 when the node is
+/// full, 429 when the client's address holds its share), then closes it: a refusal
+/// reaches the client as a status, not as a connection that hangs in the accept queue.
+/// Over TLS nothing can be said before a handshake, which is the work a flood must
+/// not cost; the connection is closed.
+async fn refuse_connection(mut stream: tokio::net::TcpStream, refusal: GateRefusal, tls: bool) {
+    use tokio::io::AsyncWriteExt;
+    if tls {
+        return;
+    }
+    let (status, setting) = match refusal {
+        GateRefusal::Full => ("503 Service Unavailable", "http.connections_max"),
+        GateRefusal::AddressFull => ("429 Too Many Requests", "http.connections_per_address_max"),
+    };
+    let body = serde_json::json!({
+        "success": false,
+        "error": refusal.message(setting),
+        "code": "unavailable",
+        "message": refusal.message(setting),
+    })
+    .to_string();
+    let answer = format!(
+        "HTTP/1.1 {status}\r\nRetry-After: 1\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let write = async {
+        stream.write_all(answer.as_bytes()).await?;
+        stream.shutdown().await
+    };
+    let _ = tokio::time::timeout(Duration::from_millis(REFUSAL_WRITE_MS), write).await;
 }
 
 /// Serves HTTP/1.1 on one established connection (plain TCP or TLS) until it closes

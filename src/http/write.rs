@@ -88,6 +88,23 @@ impl Format {
     }
 }
 
+/// What a decoder's error becomes: 429 when the node's write memory is held by other
+/// writes (retry), 413 when the write alone needs more than all of it, else 400.
+pub fn decode_error(e: quiver_storage::Error) -> ApiError {
+    match e {
+        quiver_storage::Error::NodeBusy(message) => {
+            metrics::counter!("quiver_writes_refused_total", "reason" => "bytes_in_flight")
+                .increment(1);
+            ApiError::overloaded(StatusCode::TOO_MANY_REQUESTS, message, RETRY_AFTER_S)
+        }
+        e @ quiver_storage::Error::LimitExceeded {
+            limit: "http.write_bytes_in_flight_max",
+            ..
+        } => ApiError::too_large(e.to_string()),
+        e => ApiError::bad_request(e.to_string()),
+    }
+}
+
 /// Runs one write through the pipeline (see the module documentation).
 pub async fn write(
     app: &AppState,
@@ -132,7 +149,11 @@ pub async fn write(
                     .map_err(charge_error)?;
             }
             drop(raw);
-            let decoded = decode(payload)?;
+            // Everything the decoders build is reserved from the budget as it grows:
+            // many writes decoding at once stay within it together.
+            let shared: std::sync::Arc<dyn quiver_storage::DecodeMemory> =
+                std::sync::Arc::new(budget.clone());
+            let decoded = quiver_storage::decoding_within(shared, || decode(payload))?;
             let decoded_bytes: usize = decoded
                 .tables
                 .iter()

@@ -30,8 +30,8 @@ use std::sync::Arc;
 
 use pgwire::api::PgWireServerHandlers;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 
+use crate::gate::{ConnectionGate, GateRefusal};
 use crate::http::AppState;
 
 /// Everything one connection needs; shared by all of them.
@@ -59,13 +59,14 @@ impl PgWireServerHandlers for Handlers {
     }
 }
 
-/// Accepts Postgres connections on `listener` until the task is dropped; at most
-/// `connections_max` at once (more are closed at once, and counted). With `tls`, every
-/// connection must negotiate TLS.
+/// Accepts Postgres connections on `listener` until the task is dropped, as many as
+/// `gate` lets in (`pg.connections_max`, `pg.connections_per_address_max`): more are
+/// told so with Postgres's own `too_many_connections` error, then closed, and counted.
+/// With `tls`, every connection must negotiate TLS.
 pub async fn serve(
     listener: TcpListener,
     app: AppState,
-    connections_max: usize,
+    gate: ConnectionGate,
     tls: Option<Arc<rustls::ServerConfig>>,
 ) {
     let cancels = Arc::new(cancel::Registry::default());
@@ -79,7 +80,6 @@ pub async fn serve(
         )),
         cancel: Arc::new(cancel::Handler(cancels)),
     });
-    let permits = Arc::new(Semaphore::new(connections_max));
     loop {
         let (socket, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -90,10 +90,15 @@ pub async fn serve(
                 continue;
             }
         };
-        let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
-            metrics::counter!("quiver_pg_connections_refused_total").increment(1);
-            tracing::warn!(%peer, connections_max, "pg.connections_max reached; connection closed");
-            continue;
+        let permit = match gate.admit(peer.ip()) {
+            Ok(ticket) => ticket,
+            Err(refusal) => {
+                metrics::counter!("quiver_pg_connections_refused_total", "reason" => refusal.label())
+                    .increment(1);
+                tracing::warn!(%peer, reason = refusal.label(), "pg connection refused");
+                tokio::spawn(refuse(socket, refusal));
+                continue;
+            }
         };
         let _ = socket.set_nodelay(true);
         let handlers = Arc::clone(&handlers);
@@ -109,3 +114,37 @@ pub async fn serve(
 
 /// Pause after a failed `accept` (for example when out of file descriptors).
 const ACCEPT_BACKOFF_MS: u64 = 100;
+
+/// Most time spent telling a refused connection why.
+const REFUSAL_WRITE_MS: u64 = 1_000;
+
+/// Sends a refused connection Postgres's `FATAL 53300 too_many_connections` (what a
+/// Postgres server answers past `max_connections`; libpq reports it whether it sent a
+/// startup or an SSL request first), then closes it.
+async fn refuse(mut socket: tokio::net::TcpStream, refusal: GateRefusal) {
+    use tokio::io::AsyncWriteExt;
+    let setting = match refusal {
+        GateRefusal::Full => "pg.connections_max",
+        GateRefusal::AddressFull => "pg.connections_per_address_max",
+    };
+    let mut fields = Vec::new();
+    for (code, value) in [
+        (b'S', "FATAL".to_string()),
+        (b'V', "FATAL".to_string()),
+        (b'C', "53300".to_string()),
+        (b'M', refusal.message(setting)),
+    ] {
+        fields.push(code);
+        fields.extend_from_slice(value.as_bytes());
+        fields.push(0);
+    }
+    fields.push(0);
+    let mut message = vec![b'E'];
+    message.extend_from_slice(&((fields.len() + 4) as u32).to_be_bytes());
+    message.extend_from_slice(&fields);
+    let write = async {
+        socket.write_all(&message).await?;
+        socket.shutdown().await
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_millis(REFUSAL_WRITE_MS), write).await;
+}

@@ -85,12 +85,39 @@ fn cancel<C: ClientInfo>(client: &C) -> PgWireResult<Arc<Cancel>> {
         .ok_or_else(|| user_error("28000", "the connection is not authenticated".into()))
 }
 
-fn access<C: ClientInfo>(client: &C) -> PgWireResult<Arc<QueryAccess>> {
-    client
+/// What the connection may read now: its token is checked again at every statement, so
+/// a token revoked (or narrowed to other databases) while a session is open stops that
+/// session's next statement, as a revoked role stops a Postgres session's.
+fn access<C: ClientInfo>(app: &AppState, client: &C) -> PgWireResult<Arc<QueryAccess>> {
+    let at_startup = client
         .session_extensions()
         .get::<QueryAccess>()
-        .ok_or_else(|| user_error("28000", "the connection is not authenticated".into()))
+        .ok_or_else(|| user_error("28000", "the connection is not authenticated".into()))?;
+    let Some(token) = client.session_extensions().get::<SessionToken>() else {
+        return Ok(at_startup);
+    };
+    let database = super::startup::database(client);
+    match app
+        .auth
+        .check_token(Some(&token.0), crate::auth::Permission::Read)
+        .and_then(|grant| grant.database(&database).map(|()| grant))
+    {
+        Ok(grant) => Ok(Arc::new(grant.query_access())),
+        Err(_) => {
+            metrics::counter!("quiver_pg_revoked_sessions_total").increment(1);
+            Err(PgWireError::UserError(Box::new(ErrorInfo::new(
+                "FATAL".to_string(),
+                "28000".to_string(),
+                "the token this session logged in with was revoked or no longer reads this \
+                 database; connect again with a valid token"
+                    .to_string(),
+            ))))
+        }
+    }
 }
+
+/// The token a session logged in with, kept to check it again at every statement.
+pub struct SessionToken(pub String);
 
 /// Parses statements for the extended protocol.
 pub struct Parser {
@@ -115,7 +142,7 @@ impl QueryParser for Parser {
             Ok(None) => {}
             Err(message) => return Err(user_error("0A000", message)),
         }
-        let access = access(client)?;
+        let access = access(&self.app, client)?;
         let database = database(client);
         let sql = search_path::expand(sql, &database);
         let described = self
@@ -303,7 +330,7 @@ impl SimpleQueryHandler for Session {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let database = database(client);
-        let access = access(client)?;
+        let access = access(&self.app, client)?;
         let cancel = cancel(client)?;
         let format = Format::UnifiedText;
         let response = match catalog::classify(sql) {
@@ -348,7 +375,7 @@ impl ExtendedQueryHandler for Session {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let database = database(client);
-        let access = access(client)?;
+        let access = access(&self.app, client)?;
         let cancel = cancel(client)?;
         match &portal.statement.statement {
             Statement::Local(local) => {

@@ -117,7 +117,12 @@ impl StartupHandler for Startup {
                     .check_token(Some(&password.password), Permission::Read)
                     .and_then(|grant| grant.database(&database).map(|()| grant));
                 match grant {
-                    Ok(grant) => self.accept(client, grant.query_access()).await?,
+                    Ok(grant) => {
+                        client
+                            .session_extensions()
+                            .insert(super::session::SessionToken(password.password.clone()));
+                        self.accept(client, grant.query_access()).await?
+                    }
                     Err(AuthError::Unauthenticated) => {
                         metrics::counter!("quiver_pg_auth_failures_total").increment(1);
                         return Err(fatal(

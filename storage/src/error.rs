@@ -25,6 +25,10 @@ pub enum Error {
         /// What was counted and what the client should do.
         detail: String,
     },
+    /// The node cannot take this write now (its shared write memory is held by other
+    /// writes): retry later. Nothing was written.
+    #[error("{0}")]
+    NodeBusy(String),
     /// A setting admits nothing (a limit of zero) or contradicts another: the
     /// operator's to fix, found when the configuration is loaded.
     #[error("invalid configuration: {0}")]

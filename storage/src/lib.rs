@@ -55,7 +55,7 @@ pub use ids::{
 };
 pub use image::{read_image, write_image};
 pub use ipc::{decode_batch, encode_batch, encode_batch_packed, EntryCompression};
-pub use limits::WriteLimits;
+pub use limits::{decoding_within, DecodeMemory, DecodeMemoryRefusal, WriteLimits};
 pub use line_protocol::{
     fill_excerpts, parse_line_protocol, parse_line_protocol_for, reject_conflicting_rows,
     reject_expired_rows, LineError, LpOutput, LpTable, Precision,

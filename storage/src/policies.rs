@@ -202,6 +202,11 @@ impl Policies {
         }
     }
 
+    /// Whether any database has a retention rule.
+    pub fn has_retention(&self) -> bool {
+        !self.retention.is_empty()
+    }
+
     /// How long rows of `database.measurement` live, if not forever.
     pub fn retention_ns(&self, database: &str, measurement: &str) -> Option<i64> {
         self.retention

@@ -175,6 +175,39 @@ def test_psycopg_session_statements_and_errors(node, pg_db):
     assert "password authentication failed" in str(refused.value)
 
 
+def test_a_revoked_token_ends_its_open_sessions(node, pg_db):
+    """Regression (issue 36, item 9): a token revoked while a Postgres session was open
+    kept that session reading. Its next statement now fails (FATAL 28000), as a revoked
+    role ends a Postgres session's access."""
+    import json
+    import urllib.request
+
+    def api(method, path, body=None):
+        request = urllib.request.Request(
+            node.url + path,
+            data=json.dumps(body).encode() if body is not None else None,
+            method=method,
+            headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as r:
+            raw = r.read()
+            return json.loads(raw) if raw else None
+
+    created = api("POST", "/api/v1/tokens", {"name": "analyst", "scopes": ["read"]})
+    with psycopg.connect(conninfo(node, pg_db, password=created["token"]), autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM mem").fetchone()[0] == 1
+        api("DELETE", f"/api/v1/tokens/{created['id']}")
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                conn.execute("SELECT count(*) FROM mem").fetchone()
+            except psycopg.Error as e:
+                assert "revoked" in str(e), e
+                break
+            assert time.monotonic() < deadline, "the revoked token still reads"
+            time.sleep(0.1)
+
+
 def test_grafana_version_and_builder_introspection(node, pg_db):
     """What Grafana's Postgres data source sends before a dashboard query: the version
     check of its config editor, and its query builder's table and column lists."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -340,3 +341,115 @@ def test_full_buffers_refuse_writes_naming_the_bucket(moto):
         node.kill()
         node.start()
         assert count_and_sum(node, db, "disk") == (acked, sum(range(acked)))
+
+
+def run_quiver(subcommand: str, node: Node, extra_env: dict[str, str] | None = None) -> tuple[int, str]:
+    """Runs `quiver <subcommand>` with the node's settings (flags and QUIVER_* environment)
+    to its end; returns its exit code and output."""
+    env = dict(os.environ)
+    env["QUIVER_BOOTSTRAP_TOKEN"] = TOKEN
+    env.update(node.extra_env)
+    env.update(extra_env or {})
+    out = subprocess.run(
+        [
+            str(node.binary),
+            subcommand,
+            "--http-addr",
+            f"127.0.0.1:{free_port()}",
+            "--data-dir",
+            str(node.data_dir),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return out.returncode, out.stdout + out.stderr
+
+
+def start_fails(node: Node) -> str:
+    """Starts the node expecting it to refuse; returns what it said."""
+    try:
+        node.start()
+    except RuntimeError as e:
+        return str(e) + node.log_path.read_text(errors="replace")
+    node.stop()
+    raise AssertionError("the node started")
+
+
+# A quick owner beat (a stopped writer is recognised in 750 ms), and no merges, so the
+# set of objects stays what the flushes wrote.
+OWNER_BEAT = {
+    "QUIVER_STORAGE_OBJECT_STORE_OWNER_BEAT_MS": "300",
+    "QUIVER_COMPACTION_ENABLED": "false",
+}
+
+
+def test_a_lost_disk_deletes_nothing_in_the_bucket_and_restore_brings_it_back(moto):
+    """Regression: a single node whose data and WAL directories were lost started again
+    on its bucket prefix, became ready, and its start sweep deleted every object there,
+    the only copy of the flushed rows. Now it refuses to start, deletes nothing, and
+    `quiver restore` adopts the files."""
+    settings = {
+        "AWS_ACCESS_KEY_ID": KEYS["aws_access_key_id"],
+        "AWS_SECRET_ACCESS_KEY": KEYS["aws_secret_access_key"],
+        "AWS_REGION": "us-east-1",
+        **OWNER_BEAT,
+    }
+    with node_on_bucket(moto, settings) as (node, _relay, s3, prefix):
+        db = f"s3_{uuid.uuid4().hex[:6]}"
+        # Several measurements over several hours: a few dozen objects.
+        for m in range(6):
+            node.write_lines(db, lines(f"m{m}", 0, 20_000))
+        poll("every row flushed", lambda: in_memory(node, db) == 0)
+        expected = {f"m{m}": count_and_sum(node, db, f"m{m}") for m in range(6)}
+        files = bucket_files(s3, prefix)
+        assert len(files) >= 24, files
+        node.kill()
+        # The disk is lost: data directory and WAL with it.
+        shutil.rmtree(node.data_dir)
+        said = start_fails(node)
+        assert "holds Parquet files this data directory did not write" in said, said
+        assert "quiver restore" in said and "Nothing was deleted" in said, said
+        assert bucket_files(s3, prefix) == files, "objects deleted"
+        code, out = run_quiver("restore", node)
+        assert code == 0, out
+        assert f"{len(files)} files held from now on" in out, out
+        node.start()
+        for m, want in expected.items():
+            assert count_and_sum(node, db, m) == want, m
+        assert storage_doc(node, db)["unaccounted"]["files"] == 0
+        # New rows go to new names: the adopted objects stay as they were.
+        node.write_lines(db, lines("m0", 20_000, 1_000))
+        poll("the new rows flushed", lambda: in_memory(node, db) == 0)
+        now = bucket_files(s3, prefix)
+        assert all(now.get(k) == size for k, size in files.items()), "an object was replaced"
+        assert count_and_sum(node, db, "m0") == (21_000, sum(range(21_000)))
+
+
+def test_two_nodes_never_write_one_prefix(moto):
+    """A second process given the same prefix and node id is refused at start while the
+    first runs, and nothing of the first's is touched."""
+    settings = {
+        "AWS_ACCESS_KEY_ID": KEYS["aws_access_key_id"],
+        "AWS_SECRET_ACCESS_KEY": KEYS["aws_secret_access_key"],
+        "AWS_REGION": "us-east-1",
+        **OWNER_BEAT,
+    }
+    with node_on_bucket(moto, settings) as (node, _relay, s3, prefix):
+        db = f"s3_{uuid.uuid4().hex[:6]}"
+        node.write_lines(db, lines("cpu", 0, 3_000))
+        poll("every row flushed", lambda: in_memory(node, db) == 0)
+        files = bucket_files(s3, prefix)
+        other_dir = Path(tempfile.mkdtemp(prefix="quiver-s3-other-"))
+        try:
+            other = Node(binary_path(), other_dir, extra_env=node.extra_env, data_dir=other_dir / "data")
+            said = start_fails(other)
+            assert "being written by another running process" in said, said
+            # `quiver restore` refuses a live owner too.
+            code, out = run_quiver("restore", other)
+            assert code != 0 and "another running process" in out, out
+        finally:
+            shutil.rmtree(other_dir, ignore_errors=True)
+        assert bucket_files(s3, prefix) == files
+        assert count_and_sum(node, db, "cpu") == (3_000, sum(range(3_000)))

@@ -158,3 +158,30 @@ async fn a_token_created_on_one_node_works_on_every_node() {
         assert_eq!(status, 200, "node {}", i + 1);
     }
 }
+
+/// Regression (issue 36, item 9): `/metrics` without a token listed every database and
+/// measurement name. It still answers without one (a scraper's health metrics), but
+/// names only with a valid token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_name_databases_only_to_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(NodeSpec::new(dir.path())).await;
+    assert_eq!(write_as(&node, TOKEN, "secret_db").await, 204);
+    let scrape = |token: Option<&'static str>| {
+        let mut request = node.client.get(format!("{}/metrics", node.url));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        async move { request.send().await.unwrap().text().await.unwrap() }
+    };
+    node.wait_for(
+        "the table gauges",
+        std::time::Duration::from_secs(30),
+        || async { scrape(Some(TOKEN)).await.contains("secret_db") },
+    )
+    .await;
+    let anonymous = scrape(None).await;
+    assert!(!anonymous.contains("secret_db"), "{anonymous}");
+    assert!(anonymous.contains("quiver_buffer_rows"), "{anonymous}");
+    assert!(!scrape(Some("not-a-token")).await.contains("secret_db"));
+}

@@ -2,10 +2,29 @@
 //! on a low-priority thread, and deleting replaced files once no query can still be
 //! reading them. What is merged, and why it is safe, is in [`crate::compaction`].
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use super::{Storage, TableKey};
 use crate::compaction::lifecycle_plan::plan_lifecycle;
+
+/// How far the wall clock may run ahead of a database's newest row before retention
+/// stops trusting it for physical drops (see `Storage::compaction_candidates`): a day.
+pub const CLOCK_AHEAD_OF_DATA_MAX_NS: i64 = 24 * TimestampNs::HOUR_NS;
+
+/// Says, at most once a minute, that a retention cut was held back.
+fn note_clock_ahead_of_data(table: &TableKey, now: TimestampNs, trusted: TimestampNs) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST_LOGGED_S: AtomicU64 = AtomicU64::new(0);
+    metrics::counter!("quiver_retention_cuts_held_total").increment(1);
+    let now_s = (now.0 / 1_000_000_000).max(0) as u64;
+    if LAST_LOGGED_S.swap(now_s, Ordering::Relaxed) + 60 <= now_s {
+        tracing::warn!(table = %table, ahead_s = (now.0 - trusted.0) / 1_000_000_000 + 86_400,
+            "retention drops hold back: the wall clock is more than a day ahead of the newest \
+             row of this database (a clock that jumped, or writers that stopped); files past \
+             the retention measured from the newest row plus a day are still dropped");
+    }
+}
 use crate::compaction::merge::merge_files;
 use crate::compaction::plan::plan_table;
 use crate::compaction::{
@@ -74,9 +93,21 @@ impl Storage {
     /// queued: files past the retention dropped first, then files the retention reaches
     /// into or a delete hides rows of rewritten, then (when `compaction.enabled`) merges,
     /// oldest buckets first. Every job drops rows past the retention on the way.
+    ///
+    /// The retention is measured from the wall clock, but never more than
+    /// [`CLOCK_AHEAD_OF_DATA_MAX_NS`] beyond the newest row of the table's database: a
+    /// leader whose clock jumped a month ahead would otherwise drop a month of live
+    /// rows on every replica. Such a cut is held back and logged; a database whose
+    /// writers stopped keeps (hidden from queries, which do use the wall clock) its last
+    /// retention's worth of files until it receives rows again or they are deleted.
     pub fn compaction_candidates(&self, now: TimestampNs) -> Vec<CompactionRequest> {
         let settings = &self.config.compaction;
         let policies = self.policies.read();
+        let newest = if policies.has_retention() {
+            self.newest_row_per_database()
+        } else {
+            BTreeMap::new()
+        };
         self.tables
             .read()
             .values()
@@ -88,6 +119,21 @@ impl Storage {
                 let key = &table.key;
                 let drop_before = policies
                     .visible_from(&key.database, &key.measurement, now)
+                    .map(|cut| {
+                        let trusted = newest.get(&key.database).map(|newest| {
+                            TimestampNs(newest.saturating_add(CLOCK_AHEAD_OF_DATA_MAX_NS))
+                        });
+                        match trusted {
+                            Some(trusted) if trusted < now => {
+                                let held = policies
+                                    .visible_from(&key.database, &key.measurement, trusted)
+                                    .unwrap_or(cut);
+                                note_clock_ahead_of_data(key, now, trusted);
+                                held.min(cut)
+                            }
+                            _ => cut,
+                        }
+                    })
                     .map(TimestampNs::hour_floor);
                 let tombstones: Vec<&Tombstone> = policies
                     .tombstones_of(&key.database, &key.measurement)
@@ -104,6 +150,18 @@ impl Storage {
                 })
             })
             .collect()
+    }
+
+    /// The newest row time of each database, files and memory alike.
+    fn newest_row_per_database(&self) -> BTreeMap<String, i64> {
+        let mut out: BTreeMap<String, i64> = BTreeMap::new();
+        for summary in self.summaries(None) {
+            if let Some(t) = summary.time_max {
+                let newest = out.entry(summary.key.database).or_insert(t);
+                *newest = (*newest).max(t);
+            }
+        }
+        out
     }
 
     /// Waits until a compaction may have been queued.

@@ -376,3 +376,50 @@ async fn a_hundred_thousand_files_open_from_the_manifest() {
         );
     }
 }
+
+/// Regression (issue 36, item 9): retention runs on the leader's wall clock, and a
+/// clock that jumped a month ahead dropped a month of live rows on every replica. The
+/// physical drop now trusts the clock at most a day beyond the database's newest row.
+#[tokio::test]
+async fn a_clock_that_jumped_ahead_does_not_drop_live_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Storage::open(config(dir.path())).await.unwrap();
+    // Ten days of one row an hour, flushed a day at a time.
+    let day = 24 * HOUR;
+    let mut index = 1;
+    for d in 0..10 {
+        let times: Vec<i64> = (0..24).map(|h| T0 + d * day + h * HOUR).collect();
+        s.apply_write(LogIndex(index), "db", &[("cpu".into(), batch(&times))])
+            .unwrap();
+        s.apply_flush(LogIndex(index + 1), &[key()]);
+        while s.persist_next().await.unwrap() {}
+        index += 2;
+    }
+    s.apply_policy(
+        LogIndex(index),
+        quiver_storage::PolicyChange::SetRetention {
+            database: "db".into(),
+            measurement: None,
+            duration_ns: 3 * day,
+        },
+    );
+    let newest = T0 + 9 * day + 23 * HOUR;
+    let dropped_before = |now: i64| {
+        s.compaction_candidates(TimestampNs(now))
+            .into_iter()
+            .find(|job| job.bucket_ns == 0)
+            .and_then(|job| job.drop_before)
+            .map(|t| t.0)
+    };
+    // A clock in step with the data drops what is past three days.
+    let in_step = dropped_before(newest + HOUR).expect("a drop is due");
+    assert_eq!(in_step, (newest + HOUR - 3 * day) / HOUR * HOUR);
+    // A clock a month ahead drops no more than it would a day after the newest row.
+    let jumped = dropped_before(newest + 30 * day).expect("the old files still go");
+    assert!(
+        jumped <= newest + day - 3 * day,
+        "the cut moved with the clock: {} hours beyond the newest row",
+        (jumped - newest) / HOUR
+    );
+    assert!(jumped > in_step - day, "{jumped} {in_step}");
+}
