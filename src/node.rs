@@ -196,7 +196,11 @@ pub async fn serve(config: Config) -> Result<()> {
     let http_gate = ConnectionGate::new(GateLimits {
         connections_max: config.http.connections_max,
         per_address_max: config.http.connections_per_address_max,
-        reserved_for_peers: config.http.connections_reserved_for_peers,
+        // At most a quarter of the cap, so a small cap still serves clients.
+        reserved_for_peers: config
+            .http
+            .connections_reserved_for_peers
+            .min(config.http.connections_max / 4),
     });
     let peer_watch = tokio::spawn(keep_peer_addresses(
         node.clone(),

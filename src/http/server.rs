@@ -69,15 +69,6 @@ pub async fn serve(
             },
             () = &mut stop => break,
         };
-        let slot = match gate.admit(peer.ip()) {
-            Ok(ticket) => ticket,
-            Err(refusal) => {
-                metrics::counter!("quiver_http_connections_refused_total", "reason" => refusal.label())
-                    .increment(1);
-                tokio::spawn(refuse_connection(stream, refusal, tls.is_some()));
-                continue;
-            }
-        };
         // Streamed responses end with a small final chunk written after the last data
         // chunk; with Nagle's algorithm on, it waits for the client's delayed ACK (about
         // 40 ms on Linux) and every query would take that long.
@@ -92,7 +83,20 @@ pub async fn serve(
         let http = http.clone();
         let tls = tls.clone();
         let handshake_timeout = Duration::from_millis(limits.header_timeout_ms);
+        let gate = gate.clone();
         tokio::spawn(async move {
+            // A slot, waited for at most as long as headers are: a connection that
+            // finds every slot taken is served when one frees, or told it was refused.
+            let slot = match gate.admit_waiting(peer.ip(), handshake_timeout).await {
+                Ok(ticket) => ticket,
+                Err(refusal) => {
+                    metrics::counter!("quiver_http_connections_refused_total", "reason" => refusal.label())
+                        .increment(1);
+                    metrics::gauge!("quiver_http_connections").decrement(1.0);
+                    refuse_connection(stream, refusal, tls.is_some()).await;
+                    return;
+                }
+            };
             match tls {
                 None => serve_connection(&http, stream, service, watcher).await,
                 Some(acceptor) => {

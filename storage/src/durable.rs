@@ -34,6 +34,52 @@ pub(crate) const TEMP_SUFFIX: &str = ".tmp";
 /// Bytes buffered between the caller's writes and the file.
 const WRITE_BUFFER_BYTES: usize = 1 << 20;
 
+/// Files made durable by this process (path → length), when a simulation asked for the
+/// record (see [`testing`]); `None` otherwise, and then nothing is recorded.
+static DURABLE_RECORD: Mutex<Option<std::collections::HashMap<PathBuf, u64>>> = Mutex::new(None);
+
+/// What a power-loss simulation needs: which files this process made durable, so that
+/// it can take every other file away as a power loss would (a file written without the
+/// fsyncs, or rewritten since without them, is lost or torn). Off unless enabled; a
+/// node never enables it.
+pub mod testing {
+    use std::path::{Path, PathBuf};
+
+    use super::DURABLE_RECORD;
+
+    /// Starts recording durable writes (for the whole process).
+    pub fn record_durable_writes() {
+        DURABLE_RECORD
+            .lock()
+            .get_or_insert_with(std::collections::HashMap::new);
+    }
+
+    /// Whether `path` holds what a durable write left there (its length unchanged).
+    pub fn is_durable(path: &Path) -> bool {
+        let len = std::fs::metadata(path).map(|m| m.len()).ok();
+        DURABLE_RECORD
+            .lock()
+            .as_ref()
+            .is_some_and(|r| r.get(path).copied() == len && len.is_some())
+    }
+
+    /// Forgets the records under `dir` (its files were removed).
+    pub fn forget_under(dir: &Path) {
+        if let Some(record) = DURABLE_RECORD.lock().as_mut() {
+            record.retain(|p: &PathBuf, _| !p.starts_with(dir));
+        }
+    }
+
+    pub(super) fn note(path: &Path) {
+        let mut record = DURABLE_RECORD.lock();
+        if let Some(record) = record.as_mut() {
+            if let Ok(m) = std::fs::metadata(path) {
+                record.insert(path.to_path_buf(), m.len());
+            }
+        }
+    }
+}
+
 /// Targets being written by this process, and the condition writers wait on.
 static IN_FLIGHT: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
 static IN_FLIGHT_DONE: Condvar = Condvar::new();
@@ -227,6 +273,7 @@ pub(crate) fn replace<T, E: From<Error>>(
     if durability == Durability::Durable {
         fault(Step::SyncDir).map_err(|e| io_error(dir, e))?;
         sync_dir(dir)?;
+        testing::note(path);
     }
     Ok(value)
 }
@@ -247,7 +294,9 @@ pub(crate) fn install(
     fault(Step::Rename).map_err(|e| io_error(target, e))?;
     fs::rename(staged, target).map_err(|e| io_error(target, e))?;
     fault(Step::SyncDir).map_err(|e| io_error(dir, e))?;
-    sync_dir(dir)
+    sync_dir(dir)?;
+    testing::note(target);
+    Ok(())
 }
 
 /// This writer's turn at a target: other writers of the same path wait until it ends.

@@ -11,7 +11,7 @@
 
 mod catalog;
 pub mod compaction;
-mod durable;
+pub mod durable;
 mod error;
 mod file_list;
 mod file_store;

@@ -15,9 +15,12 @@ pub const ROWS_PER_BATCH: usize = 500;
 pub struct Outcome {
     /// Batches answered 204.
     pub acked: BTreeSet<i64>,
-    /// Batches whose answer never came (in flight at a kill): may or may not be stored,
-    /// but never partially.
+    /// Batches whose answer never came (in flight at a kill), or was 504 or another
+    /// error: may or may not be stored, but never partially.
     pub unknown: BTreeSet<i64>,
+    /// Batches answered 503 or 429: the node promises nothing of them was written, and
+    /// [`verify_exactly_once`] holds it to that.
+    pub refused: BTreeSet<i64>,
 }
 
 impl Outcome {
@@ -25,6 +28,16 @@ impl Outcome {
     pub fn merge(&mut self, other: Outcome) {
         self.acked.extend(other.acked);
         self.unknown.extend(other.unknown);
+        self.refused.extend(other.refused);
+    }
+
+    /// Records a failed answer: 503 and 429 as refused (nothing written), anything else
+    /// (no answer, 504, 500) as unknown.
+    fn failed(&mut self, id: i64, status: Option<u16>) {
+        match status {
+            Some(503 | 429) => self.refused.insert(id),
+            _ => self.unknown.insert(id),
+        };
     }
 }
 
@@ -78,9 +91,13 @@ impl Writers {
                                 r.text().await.unwrap_or_default()
                             )
                         }
-                        Ok(_) | Err(_) => {
-                            // No answer or 5xx: the node is going away; stop this writer.
-                            out.unknown.insert(id);
+                        Ok(r) => {
+                            // 5xx: the node is going away; stop this writer.
+                            out.failed(id, Some(r.status().as_u16()));
+                            break;
+                        }
+                        Err(_) => {
+                            out.failed(id, None);
                             break;
                         }
                     }
@@ -142,8 +159,8 @@ impl Writers {
                                 r.text().await.unwrap_or_default()
                             )
                         }
-                        Ok(_) | Err(_) => {
-                            out.unknown.insert(id);
+                        other => {
+                            out.failed(id, other.ok().map(|r| r.status().as_u16()));
                             at = (at + 1) % urls.len();
                             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
                         }
@@ -219,8 +236,12 @@ pub async fn verify_exactly_once(
     }
     for (id, (count, _)) in &stored {
         assert!(
+            !outcome.refused.contains(id),
+            "batch {id} was refused with 503/429 (\"nothing was written\"), yet it is stored"
+        );
+        assert!(
             outcome.acked.contains(id) || outcome.unknown.contains(id),
-            "batch {id} was never sent or was refused, yet stored"
+            "batch {id} was never sent, yet stored"
         );
         assert_eq!(
             *count, ROWS_PER_BATCH as u64,

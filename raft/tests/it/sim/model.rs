@@ -38,11 +38,40 @@ pub type Content = BTreeMap<i64, Vec<i64>>;
 #[derive(Default)]
 pub struct Model {
     batches: BTreeMap<i64, (u32, Outcome)>,
+    /// Deletes of whole batches, and what the client was told of each.
+    deletes: BTreeMap<i64, Outcome>,
 }
 
 impl Model {
     pub fn record(&mut self, batch: i64, rows: u32, outcome: Outcome) {
         self.batches.insert(batch, (rows, outcome));
+    }
+
+    /// Deletes acknowledged.
+    pub fn deletes_acked(&self) -> usize {
+        self.deletes
+            .values()
+            .filter(|o| **o == Outcome::Acked)
+            .count()
+    }
+
+    /// Rows of a batch that was sent.
+    pub fn rows_of(&self, batch: i64) -> Option<u32> {
+        self.batches.get(&batch).map(|(rows, _)| *rows)
+    }
+
+    /// A delete of `batch`'s rows, and what the client was told. An acknowledged delete
+    /// hides the batch for good (a write of unknown outcome that commits at all commits
+    /// before the delete: a leader holding the delete holds every entry before it);
+    /// one of unknown outcome may or may not have; a refused one did nothing.
+    pub fn record_delete(&mut self, batch: i64, outcome: Outcome) {
+        let before = self.deletes.get(&batch).copied();
+        let merged = match (before, outcome) {
+            (Some(Outcome::Acked), _) | (_, Outcome::Acked) => Outcome::Acked,
+            (Some(Outcome::Unknown), _) | (_, Outcome::Unknown) => Outcome::Unknown,
+            _ => Outcome::Refused,
+        };
+        self.deletes.insert(batch, merged);
     }
 
     pub fn count(&self, outcome: Outcome) -> usize {
@@ -64,6 +93,19 @@ impl Model {
         for (batch, (rows, outcome)) in &self.batches {
             let whole: Vec<i64> = (0..*rows as i64).collect();
             let held = content.get(batch);
+            let outcome = match (outcome, self.deletes.get(batch)) {
+                (Outcome::Refused, _) | (_, None | Some(Outcome::Refused)) => outcome,
+                (_, Some(Outcome::Acked)) => {
+                    if let Some(seqs) = held {
+                        out.push(format!(
+                            "batch {batch}, deleted with an acknowledgement, is held: {}",
+                            summary(seqs)
+                        ));
+                    }
+                    continue;
+                }
+                (_, Some(Outcome::Unknown)) => &Outcome::Unknown,
+            };
             match (outcome, held) {
                 (Outcome::Acked, Some(seqs)) if *seqs == whole => {}
                 (Outcome::Acked, held) => out.push(format!(
@@ -100,6 +142,18 @@ fn summary(seqs: &[i64]) -> String {
     )
 }
 
+/// The first row time of batch `batch`: its rows follow one nanosecond apart, and no
+/// other batch's rows fall between (batches are 1,000 ns apart, 40 rows at most).
+fn first_time(batch: i64) -> i64 {
+    T0 + (batch % 6) * HOUR + batch * 1_000
+}
+
+/// The time range `[from, before)` that holds exactly the rows of batch `batch`.
+pub fn time_range(batch: i64, rows: u32) -> (i64, i64) {
+    let from = first_time(batch);
+    (from, from + i64::from(rows))
+}
+
 /// A batch of `rows` rows with id `batch`.
 pub fn batch(batch: i64, rows: u32) -> RecordBatch {
     let schema = canonical_schema([
@@ -112,9 +166,7 @@ pub fn batch(batch: i64, rows: u32) -> RecordBatch {
     for i in 0..n {
         host.append_value(format!("h{}", (batch + i) % 5));
     }
-    let time: Vec<i64> = (0..n)
-        .map(|i| T0 + (batch % 6) * HOUR + batch * 1_000 + i)
-        .collect();
+    let time: Vec<i64> = (0..n).map(|i| first_time(batch) + i).collect();
     let columns: Vec<arrow::array::ArrayRef> = vec![
         Arc::new(TimestampNanosecondArray::from(time)),
         Arc::new(host.finish()),
@@ -134,14 +186,96 @@ pub fn rows_held(storage: &Storage) -> u64 {
     memory + table.files.all().iter().map(|f| f.rows).sum::<u64>()
 }
 
-/// Every row a node holds, read from memory and from its Parquet files.
+/// Rows visible on a node, counted without reading its `batch` and `seq` columns:
+/// memory batches' row counts and files' row counts from their metadata, less the rows
+/// the deletes hide. [`content`] must read back exactly as many.
+pub fn rows_visible(storage: &Storage) -> u64 {
+    let Some(table) = storage.table(DATABASE, MEASUREMENT) else {
+        return 0;
+    };
+    let memory: u64 = table.memory.iter().map(|b| b.num_rows() as u64).sum();
+    let files: u64 = table
+        .files
+        .all()
+        .iter()
+        .map(|f| f.rows - hidden_in_file(storage, &table, f))
+        .sum();
+    memory + files
+}
+
+/// Rows of `file` that the snapshot's tombstones hide, read from the file.
+fn hidden_in_file(
+    storage: &Storage,
+    table: &quiver_storage::TableSnapshot,
+    file: &quiver_storage::ParquetFileRef,
+) -> u64 {
+    if file.tombstones.is_empty() {
+        return 0;
+    }
+    read_file(storage, &file.path)
+        .iter()
+        .map(|b| {
+            let hide = hiding(table, file, b);
+            b.num_rows() as u64 - kept(&hide).len() as u64
+        })
+        .sum()
+}
+
+/// Which rows of `b` (a batch of `file`) its tombstones hide.
+fn hiding(
+    table: &quiver_storage::TableSnapshot,
+    file: &quiver_storage::ParquetFileRef,
+    b: &RecordBatch,
+) -> Vec<bool> {
+    let mut hide = vec![false; b.num_rows()];
+    for &t in &file.tombstones {
+        let matched = table.tombstones[t]
+            .matches(b)
+            .unwrap_or_else(|e| panic!("a tombstone cannot be evaluated on {}: {e}", file.path));
+        for (i, h) in hide.iter_mut().enumerate() {
+            *h |= matched.value(i);
+        }
+    }
+    hide
+}
+
+fn kept(hide: &[bool]) -> Vec<usize> {
+    hide.iter()
+        .enumerate()
+        .filter(|(_, h)| !**h)
+        .map(|(i, _)| i)
+        .collect()
+}
+
+fn read_file(storage: &Storage, path: &str) -> Vec<RecordBatch> {
+    let root = storage.config().dir.join("parquet");
+    let file = std::fs::File::open(root.join(path))
+        .unwrap_or_else(|e| panic!("a listed file {path} cannot be opened: {e}"));
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+        .and_then(|b| b.build())
+        .unwrap_or_else(|e| panic!("a listed file {path} cannot be read: {e}"));
+    reader
+        .map(|b| b.unwrap_or_else(|e| panic!("{path}: {e}")))
+        .collect()
+}
+
+/// Every row a node holds, read from memory and from its Parquet files, less the rows
+/// its deletes hide.
 pub fn content(storage: &Storage) -> Content {
     let mut out = Content::new();
     let Some(table) = storage.table(DATABASE, MEASUREMENT) else {
         return out;
     };
-    let mut add = |b: &RecordBatch| {
+    let mut add = |b: &RecordBatch, keep: Option<&[usize]>| {
         let (Some(batch), Some(seq)) = (b.column_by_name("batch"), b.column_by_name("seq")) else {
+            // Every batch this simulation writes has both: one without them is a batch
+            // the node made up, or lost columns of.
+            assert!(
+                b.num_rows() == 0,
+                "{} rows without their batch and seq columns: {:?}",
+                b.num_rows(),
+                b.schema()
+            );
             return;
         };
         // Buffered integers may be held narrower than 64 bits (`TableSource::memory`).
@@ -154,22 +288,25 @@ pub fn content(storage: &Storage) -> Content {
             batch.as_primitive::<Int64Type>(),
             seq.as_primitive::<Int64Type>(),
         );
-        for i in 0..b.num_rows() {
+        let all: Vec<usize>;
+        let rows = match keep {
+            Some(rows) => rows,
+            None => {
+                all = (0..b.num_rows()).collect();
+                &all
+            }
+        };
+        for &i in rows {
             out.entry(batch.value(i)).or_default().push(seq.value(i));
         }
     };
     for b in &table.memory {
-        add(b);
+        add(b, None);
     }
-    let root = storage.config().dir.join("parquet");
     for f in table.files.all() {
-        let file = std::fs::File::open(root.join(&f.path))
-            .unwrap_or_else(|e| panic!("a listed file {} cannot be opened: {e}", f.path));
-        let reader = ParquetRecordBatchReaderBuilder::try_new(file)
-            .and_then(|b| b.build())
-            .unwrap_or_else(|e| panic!("a listed file {} cannot be read: {e}", f.path));
-        for b in reader {
-            add(&b.unwrap_or_else(|e| panic!("{}: {e}", f.path)));
+        for b in read_file(storage, &f.path) {
+            let keep = kept(&hiding(&table, &f, &b));
+            add(&b, Some(&keep));
         }
     }
     for seqs in out.values_mut() {

@@ -29,6 +29,12 @@ pub struct LinkState {
     pub delay_ms: u64,
     /// Chance, in percent, that an answer is lost after the call was acted on.
     pub answer_loss_pct: u8,
+    /// Up to this much more delay, drawn per call: calls overtake each other
+    /// (reordering).
+    pub jitter_ms: u64,
+    /// Chance, in percent, that a Raft call (append, vote, snapshot chunk) is delivered
+    /// a second time, later, its second answer dropped: a retransmission.
+    pub duplicate_pct: u8,
 }
 
 struct Net {
@@ -98,6 +104,30 @@ impl SimNet {
         state.answer_loss_pct > 0
             && self.net.lock().rng.random_range(0..100u8) < state.answer_loss_pct
     }
+
+    /// The delay of one call on a link in `state`.
+    fn delay(&self, state: LinkState) -> Duration {
+        let jitter = if state.jitter_ms > 0 {
+            self.net.lock().rng.random_range(0..=state.jitter_ms)
+        } else {
+            0
+        };
+        Duration::from_millis(state.delay_ms + jitter)
+    }
+
+    /// Whether a call on a link in `state` is delivered twice.
+    fn duplicate(&self, state: LinkState) -> bool {
+        state.duplicate_pct > 0 && self.net.lock().rng.random_range(0..100u8) < state.duplicate_pct
+    }
+}
+
+/// The Raft calls a network may deliver twice (a retransmission): every other path is
+/// a client's request forwarded once, which TCP never duplicates.
+fn retransmittable(path: &str) -> bool {
+    matches!(
+        path,
+        raft_paths::APPEND | raft_paths::VOTE | raft_paths::SNAPSHOT
+    )
 }
 
 /// One node's end of the network.
@@ -137,8 +167,26 @@ impl PeerTransport for SimLink {
                     message: "no route (partitioned)".into(),
                 });
             }
-            if link.delay_ms > 0 {
-                tokio::time::sleep(Duration::from_millis(link.delay_ms)).await;
+            let delay = net.delay(link);
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            if retransmittable(&path) && net.duplicate(link) {
+                // The copy arrives later, after the original and perhaps after calls
+                // sent since; its answer goes nowhere.
+                let (node, body, span, later) = (
+                    node.clone(),
+                    body.clone(),
+                    span.clone(),
+                    net.delay(link) * 2,
+                );
+                let path = path.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(later + Duration::from_millis(1)).await;
+                    let _ = dispatch(&node, &path, body.as_deref())
+                        .instrument(span)
+                        .await;
+                });
             }
             // Logged as the node that handles it, not the one that asked.
             let handled = dispatch(&node, &path, body.as_deref()).instrument(span);

@@ -53,6 +53,8 @@ pub struct SimNode {
 
 impl SimNode {
     pub fn new(root: &Path, id: NodeId, peers: Vec<(NodeId, String)>, seed: u64) -> Self {
+        // Power losses take away every file not made durable (see below).
+        quiver_storage::durable::testing::record_durable_writes();
         SimNode {
             id,
             addr: format!("sim-{id}"),
@@ -158,8 +160,12 @@ impl SimNode {
         drop(storage);
         match how {
             Crash::Process => self.disk.restart(),
-            Crash::Power => self.disk.power_loss(PowerLoss::Torn),
+            Crash::Power => {
+                self.disk.power_loss(PowerLoss::Torn);
+                lose_what_was_not_made_durable(&self.dir);
+            }
             Crash::Wipe => {
+                quiver_storage::durable::testing::forget_under(&self.dir);
                 self.disk = SimFs::new(self.seed ^ self.id ^ 0xdead);
                 // A thread outside the counted I/O (sled's flusher) may still create a
                 // file while the tree is removed ("directory not empty"); a dead
@@ -227,4 +233,41 @@ impl SimNode {
             ..RaftConfig::default()
         }
     }
+}
+
+/// What a power loss does to the node's real files (its WAL segments are on the
+/// simulated disk, which loses its own unsynced writes): every file that no durable
+/// write (temporary file, fsync, rename, directory fsync) left as it is now is gone,
+/// as if its data or its directory entry never reached the disk; sled's catalog, which
+/// the node must be able to rebuild, is gone whole; the commit hint, written without
+/// fsync by design, is gone. Before this, Parquet files, snapshots, the vote and the
+/// catalog survived every power loss intact, so a missing fsync there passed every seed.
+/// Quarantined files and the caches are left: moving a file aside or not both leave it.
+fn lose_what_was_not_made_durable(dir: &Path) {
+    fn walk(dir: &Path) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_dir() {
+                match name.to_str() {
+                    Some("catalog") => {
+                        let _ = std::fs::remove_dir_all(&path);
+                    }
+                    Some("quarantine" | "object-cache" | "incoming") => {}
+                    _ => walk(&path),
+                }
+            } else if name == "raft-committed"
+                || !quiver_storage::durable::testing::is_durable(&path)
+            {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+    walk(dir);
 }

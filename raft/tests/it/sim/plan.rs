@@ -21,13 +21,19 @@ pub enum Step {
     RestartAll,
     /// Node `node` is cut off from both others, in both directions.
     Isolate { node: u64 },
-    /// Calls from `from` to `to` are delayed and lose answers.
+    /// Calls from `from` to `to` are delayed (by up to `jitter_ms` more, so they
+    /// overtake each other), lose answers, and Raft calls are sometimes delivered twice.
     Degrade {
         from: u64,
         to: u64,
         delay_ms: u64,
         answer_loss_pct: u8,
+        jitter_ms: u64,
+        duplicate_pct: u8,
     },
+    /// A client deletes the rows of the batch sent `back` batches before the last one
+    /// (a time range that holds exactly that batch's rows).
+    Delete { back: u32 },
     /// Every link works normally again.
     Heal,
     /// Node `node`'s next WAL fdatasync fails (its log is poisoned and Raft stops).
@@ -47,6 +53,7 @@ impl Step {
             Step::RestartAll => "restart",
             Step::Isolate { .. } => "isolate",
             Step::Degrade { .. } => "degrade",
+            Step::Delete { .. } => "delete",
             Step::Heal => "heal",
             Step::FsyncFails { .. } => "fsync-fails",
             Step::PersistFails { .. } => "persist-fails",
@@ -71,9 +78,12 @@ pub fn plan(seed: u64, steps: usize, check_every: usize) -> Vec<Step> {
         let node = rng.random_range(1..=NODES);
         let roll = rng.random_range(0..100u32);
         out.push(match roll {
-            0..=69 => Step::Write {
+            0..=66 => Step::Write {
                 via: node,
                 rows: rng.random_range(1..=40),
+            },
+            67..=69 => Step::Delete {
+                back: rng.random_range(0..20),
             },
             70..=73 => Step::Crash {
                 node,
@@ -103,6 +113,8 @@ pub fn plan(seed: u64, steps: usize, check_every: usize) -> Vec<Step> {
                     to,
                     delay_ms: rng.random_range(0..60),
                     answer_loss_pct: rng.random_range(0..30),
+                    jitter_ms: rng.random_range(0..40),
+                    duplicate_pct: rng.random_range(0..25),
                 }
             }
             90..=94 => Step::Heal,
