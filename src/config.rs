@@ -542,10 +542,39 @@ impl Config {
             }
             None => toml::Table::new(),
         };
-        apply_env(&mut table, env)?;
-        let mut config: Config = toml::Value::Table(table)
-            .try_into()
-            .map_err(|e: toml::de::Error| anyhow!("configuration: {}", e.message().trim()))?;
+        // Where each value came from, for errors that name it.
+        let mut sources: std::collections::HashMap<String, String> = Default::default();
+        if let Some(path) = file {
+            for (section, keys) in &table {
+                let toml::Value::Table(keys) = keys else {
+                    continue;
+                };
+                for key in keys.keys() {
+                    sources.insert(
+                        format!("{section}.{key}"),
+                        format!("config file {}", path.display()),
+                    );
+                }
+            }
+        }
+        apply_env(&mut table, env, &mut sources)?;
+        let source_of = |path: &str| {
+            sources
+                .get(path)
+                .cloned()
+                .unwrap_or_else(|| "default".to_string())
+        };
+        crate::config_units::normalize_units(&mut table, source_of)?;
+        let mut config: Config = serde_path_to_error::deserialize(toml::Value::Table(table))
+            .map_err(|e| {
+                let path = e.path().to_string();
+                let why = e.inner().message().trim().to_string();
+                if path == "." || path.is_empty() {
+                    anyhow!("configuration: {why}")
+                } else {
+                    anyhow!("{path} ({}): {why}", source_of(&path))
+                }
+            })?;
         if let Some(a) = &flags.http_addr {
             config.http.addr = a.clone();
         }
@@ -859,23 +888,52 @@ fn check_dir(setting: &str, dir: &Path, free_bytes_min: u64) -> Result<()> {
     Ok(())
 }
 
-/// Applies `QUIVER_<SECTION>_<KEY>=value` variables to the TOML table.
-fn apply_env(table: &mut toml::Table, env: impl Iterator<Item = (String, String)>) -> Result<()> {
+/// Every setting, as `section.key`.
+fn setting_keys() -> Vec<String> {
+    let Ok(toml::Value::Table(sections)) = toml::Value::try_from(Config::default()) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (section, keys) in sections {
+        if let toml::Value::Table(keys) = keys {
+            out.extend(keys.keys().map(|k| format!("{section}.{k}")));
+        }
+    }
+    for section in SECTIONS {
+        // Keys without a default (unset options) are not serialized: name the section.
+        if !out.iter().any(|k| k.starts_with(&format!("{section}."))) {
+            out.push(format!("{section}.?"));
+        }
+    }
+    out
+}
+
+/// Applies `QUIVER_<SECTION>_<KEY>=value` variables to the TOML table, noting each one
+/// in `sources`. A `QUIVER_*` variable that names no setting is refused.
+fn apply_env(
+    table: &mut toml::Table,
+    env: impl Iterator<Item = (String, String)>,
+    sources: &mut std::collections::HashMap<String, String>,
+) -> Result<()> {
     for (name, value) in env {
         let Some(rest) = name.strip_prefix("QUIVER_") else {
             continue;
         };
-        let lower = rest.to_ascii_lowercase();
-        let Some(section) = SECTIONS
-            .iter()
-            .find(|s| lower.starts_with(&format!("{s}_")))
-        else {
-            continue;
-        };
-        let key = &lower[section.len() + 1..];
-        if key.is_empty() {
+        if crate::config_units::is_not_a_setting(&name) {
             continue;
         }
+        let lower = rest.to_ascii_lowercase();
+        let section = SECTIONS
+            .iter()
+            .find(|s| lower.starts_with(&format!("{s}_")));
+        let key = section.map_or("", |s| &lower[s.len() + 1..]);
+        let Some(section) = section.filter(|_| !key.is_empty()) else {
+            bail!(
+                "{}",
+                crate::config_units::unknown_variable(&name, &setting_keys())
+            );
+        };
+        sources.insert(format!("{section}.{key}"), name.clone());
         let parsed = parse_env_value(&value);
         let entry = table
             .entry(section.to_string())
@@ -1011,5 +1069,72 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("http.addr"), "{err}");
+    }
+
+    #[test]
+    fn sizes_and_durations_take_units_and_errors_name_key_and_source() {
+        let dir = tempfile::tempdir().unwrap();
+        let flags = Overrides {
+            data_dir: Some(dir.path().to_path_buf()),
+            ..Default::default()
+        };
+        let config = Config::load(
+            None,
+            env(&[
+                ("QUIVER_HTTP_BODY_BYTES_MAX", "64MiB"),
+                ("QUIVER_HTTP_WRITE_TIMEOUT_MS", "30s"),
+            ])
+            .into_iter(),
+            &flags,
+        )
+        .unwrap();
+        assert_eq!(config.http.body_bytes_max, 64 << 20);
+        assert_eq!(config.http.write_timeout_ms, 30_000);
+        let err = Config::load(
+            None,
+            env(&[("QUIVER_HTTP_BODY_BYTES_MAX", "64 megs")]).into_iter(),
+            &flags,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("http.body_bytes_max (QUIVER_HTTP_BODY_BYTES_MAX)"),
+            "{err}"
+        );
+        let file = dir.path().join("quiver.toml");
+        std::fs::write(
+            &file,
+            "[http]\nwrite_timeout_ms = \"soon\"\n[wal]\nsync = 3\n",
+        )
+        .unwrap();
+        let err = Config::load(Some(&file), std::iter::empty(), &flags)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("http.write_timeout_ms (config file"), "{err}");
+        std::fs::write(&file, "[wal]\nsync = 3\n").unwrap();
+        let err = Config::load(Some(&file), std::iter::empty(), &flags)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("wal.sync (config file"), "{err}");
+    }
+
+    #[test]
+    fn a_variable_that_names_no_setting_is_refused_with_the_nearest() {
+        let dir = tempfile::tempdir().unwrap();
+        let flags = Overrides {
+            data_dir: Some(dir.path().to_path_buf()),
+            ..Default::default()
+        };
+        let err = Config::load(None, env(&[("QUIVER_DATA_DIR", "/x")]).into_iter(), &flags)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("QUIVER_STORAGE_DIR (storage.dir)"), "{err}");
+        // The tools' and harnesses' own variables are not settings, and pass.
+        Config::load(
+            None,
+            env(&[("QUIVER_TOKEN", "t"), ("QUIVER_SIM_SEEDS", "2")]).into_iter(),
+            &flags,
+        )
+        .unwrap();
     }
 }

@@ -14,6 +14,10 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
+/// Connections that may wait for a slot, per slot: beyond them a connection is refused
+/// at once (each waiting one holds a descriptor).
+const WAITING_PER_SLOT_MAX: usize = 4;
+
 /// The limits of one listener.
 #[derive(Debug, Clone, Copy)]
 pub struct GateLimits {
@@ -111,8 +115,8 @@ impl ConnectionGate {
     /// [`ConnectionGate::admit`], but a connection that finds every slot it may use
     /// taken waits up to `wait` for one to free (as it would have waited in the accept
     /// queue, except that a peer still gets the reserve and the client is told, at the
-    /// end, that it was refused). At most `connections_max` wait at once; an address
-    /// over its share is refused at once.
+    /// end, that it was refused). At most [`WAITING_PER_SLOT_MAX`] per slot wait at once;
+    /// an address over its share is refused at once.
     pub async fn admit_waiting(
         &self,
         address: IpAddr,
@@ -126,7 +130,12 @@ impl ConnectionGate {
                 Err(GateRefusal::Full) if tokio::time::Instant::now() < deadline => {
                     if !waiting {
                         let mut state = self.state.lock();
-                        if state.waiting >= self.limits.connections_max {
+                        if state.waiting
+                            >= self
+                                .limits
+                                .connections_max
+                                .saturating_mul(WAITING_PER_SLOT_MAX)
+                        {
                             break Err(GateRefusal::Full);
                         }
                         state.waiting += 1;

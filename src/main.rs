@@ -4,6 +4,7 @@ mod auth;
 mod cli;
 mod cluster_cli;
 mod config;
+mod config_units;
 mod continuous;
 mod dir_lock;
 mod flight;

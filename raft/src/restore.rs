@@ -86,6 +86,28 @@ pub async fn restore(
     settings: &RestoreSettings,
     storage: &StorageConfig,
 ) -> Result<RestoreReport, Error> {
+    if settings.clustered {
+        // Whatever was put back (an old copy of the disks, a partial one), the node may
+        // lack entries it acknowledged and may have voted in terms the copy does not
+        // remember; nothing in the copy can tell. So it starts as a node that lost its
+        // data does: no vote, and no entries from a leader older than its peers' votes,
+        // until a leader has brought it up to date. Without this, a copy restored after
+        // the leader that saw it acknowledge had changed voted at once (the simulation
+        // found it: a stale candidate elected, committed entries overwritten).
+        std::fs::create_dir_all(&settings.wal.dir).map_err(|source| {
+            crate::durable_file::DurableFileError::Io {
+                path: settings.wal.dir.display().to_string(),
+                source,
+            }
+        })?;
+        VoteBarrier::load(&settings.wal.dir)?.close_lost_vote()?;
+        let location = quiver_storage::claim_files(storage).await?;
+        return Ok(RestoreReport::Claimed {
+            location,
+            because: "this node belongs to a cluster: its peers send it what it lacks, and                       it votes again once it has caught up"
+                .to_string(),
+        });
+    }
     let recovered = Recovered::load(&settings.data_dir, &settings.wal.dir)?;
     let snapshot_index = recovered.snapshot_last_log_id().map(|l| l.index);
     let purged = recovered.purged();
@@ -93,17 +115,12 @@ pub async fn restore(
     let wal = Wal::open(settings.wal.clone())?;
     let log_last = last_log_id_on_disk(&wal, purged)?.map(|l| l.index);
     drop(wal);
-    let log_holds_more = log_last.is_some_and(|last| Some(last) > start);
-    if settings.clustered || log_holds_more {
+    if log_last.is_some_and(|last| Some(last) > start) {
         let location = quiver_storage::claim_files(storage).await?;
-        let because = if settings.clustered {
-            "this node belongs to a cluster: its peers send it what it lacks".to_string()
-        } else {
-            format!(
-                "the log still holds entries up to {}: the start rebuilds from it",
-                log_last.unwrap_or(0)
-            )
-        };
+        let because = format!(
+            "the log still holds entries up to {}: the start rebuilds from it",
+            log_last.unwrap_or(0)
+        );
         return Ok(RestoreReport::Claimed { location, because });
     }
     let manifest = recovered.snapshot.as_ref().map(|(meta, image)| {

@@ -34,7 +34,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 /// Writes a duration the way it was most likely typed: `45s`, `10m`, `1h 30m`, `30d`.
 pub fn format_duration(duration: Duration) -> String {
     let s = duration.as_secs();
-    if s >= 86_400 && s % 86_400 == 0 {
+    if s >= 86_400 && s.is_multiple_of(86_400) {
         format!("{}d", s / 86_400)
     } else if s >= 3_600 {
         let (h, m) = (s / 3_600, (s % 3_600) / 60);
@@ -67,7 +67,7 @@ pub fn thousands(value: f64) -> String {
         out.push('-');
     }
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);

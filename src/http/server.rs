@@ -136,8 +136,11 @@ pub async fn serve(
     Ok(())
 }
 
-/// Most time spent telling a refused connection why.
+/// Most time spent telling a refused connection why (reading its request's head, then
+/// writing the answer).
 const REFUSAL_WRITE_MS: u64 = 1_000;
+/// Most bytes of a refused connection's request head read before answering.
+const REFUSAL_HEAD_BYTES_MAX: usize = 16 * 1024;
 
 /// Tells a connection the gate refused why, as an HTTP answer (503 when the node is
 /// full, 429 when the client's address holds its share), then closes it: a refusal
@@ -145,10 +148,23 @@ const REFUSAL_WRITE_MS: u64 = 1_000;
 /// Over TLS nothing can be said before a handshake, which is the work a flood must
 /// not cost; the connection is closed.
 async fn refuse_connection(mut stream: tokio::net::TcpStream, refusal: GateRefusal, tls: bool) {
-    use tokio::io::AsyncWriteExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     if tls {
         return;
     }
+    // The answer follows the request's head, as HTTP/1.1 clients expect (one that gets
+    // an answer before it has sent its request takes it for garbage): read it, briefly.
+    let mut head = Vec::with_capacity(1024);
+    let read_head = async {
+        let mut buf = [0u8; 1024];
+        while head.len() < REFUSAL_HEAD_BYTES_MAX && !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => head.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_millis(REFUSAL_WRITE_MS), read_head).await;
     let (status, setting) = match refusal {
         GateRefusal::Full => ("503 Service Unavailable", "http.connections_max"),
         GateRefusal::AddressFull => ("429 Too Many Requests", "http.connections_per_address_max"),

@@ -70,6 +70,25 @@ pub mod testing {
         }
     }
 
+    /// The records under `dir` (path and durable length): what a copy of the
+    /// directory carries with it.
+    pub fn records_under(dir: &Path) -> Vec<(PathBuf, u64)> {
+        DURABLE_RECORD.lock().as_ref().map_or_else(Vec::new, |r| {
+            r.iter()
+                .filter(|(p, _)| p.starts_with(dir))
+                .map(|(p, len)| (p.clone(), *len))
+                .collect()
+        })
+    }
+
+    /// Puts back records taken by [`records_under`] (a copy of the directory was
+    /// restored in its place).
+    pub fn restore_records(records: &[(PathBuf, u64)]) {
+        if let Some(record) = DURABLE_RECORD.lock().as_mut() {
+            record.extend(records.iter().cloned());
+        }
+    }
+
     pub(super) fn note(path: &Path) {
         let mut record = DURABLE_RECORD.lock();
         if let Some(record) = record.as_mut() {

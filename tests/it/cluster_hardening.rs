@@ -9,7 +9,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::cluster_support::{applied, content, leader, specs, start, write_batches, SECRET};
-use crate::common::{batch_payload, free_port, Node};
+use crate::common::{batch_payload, free_port, run_with_node_settings, Node};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_write_to_a_leader_cut_off_from_its_quorum_ends_within_its_deadline() {
@@ -467,6 +467,64 @@ async fn a_voter_restored_from_an_old_copy_votes_only_after_catching_up() {
             || async { nodes[restored].log().contains("this node votes again") },
         )
         .await;
+    applied(&nodes[restored], commit).await;
+    assert_eq!(content(&nodes[restored]).await, content(&nodes[lead]).await);
+}
+
+/// Regression (found by the simulation): an old copy put back after the leader that saw
+/// the node acknowledge had changed was caught by nothing, voted at once, and helped
+/// elect a candidate that lacked committed entries. Nothing in a copy can tell how old
+/// it is, so `quiver restore` on a member of a cluster closes its vote barrier.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_old_copy_restored_after_a_failover_votes_only_after_catching_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = start(specs(dir.path(), 3, &[])).await;
+    let lead = leader(&nodes, &[0, 1, 2]).await;
+    write_batches(&nodes[lead], 0..3).await;
+    let restored = (lead + 1) % 3;
+    let other = (lead + 2) % 3;
+    let data = nodes[restored].spec.data_dir.clone();
+    let copy = dir.path().join("old-copy");
+    nodes[restored].kill();
+    copy_dir(&data, &copy);
+    nodes[restored].respawn();
+    nodes[restored].wait_ready().await;
+    write_batches(&nodes[lead], 3..10).await;
+    let commit = nodes[lead].status().await["commit_index"].as_u64().unwrap();
+    applied(&nodes[restored], commit).await;
+    nodes[restored].kill();
+    // The leader that saw how far the node's log reached goes down and comes back: no
+    // node remembers it any more.
+    nodes[lead].kill();
+    nodes[lead].respawn();
+    leader(&nodes, &[lead, other]).await;
+    std::fs::remove_dir_all(&data).unwrap();
+    copy_dir(&copy, &data);
+    let (code, out) = run_with_node_settings(&nodes[restored].spec, "restore");
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("votes again once it has caught up"), "{out}");
+    // The other follower is frozen, so the restored node can neither learn every peer's
+    // vote nor be brought up to date while it is asked to vote.
+    nodes[other].signal("STOP");
+    nodes[restored].respawn();
+    let body = stale_vote_request(other as u64 + 1);
+    let node = &nodes[restored];
+    node.wait_for(
+        "the restored node to refuse a vote",
+        Duration::from_secs(30),
+        || refuses(node, "/internal/raft/vote", &body, "may lack entries"),
+    )
+    .await;
+    nodes[other].signal("CONT");
+    nodes[restored]
+        .wait_for(
+            "the restored node to vote again",
+            Duration::from_secs(60),
+            || async { nodes[restored].log().contains("this node votes again") },
+        )
+        .await;
+    let lead = leader(&nodes, &[0, 1, 2]).await;
+    let commit = nodes[lead].status().await["commit_index"].as_u64().unwrap();
     applied(&nodes[restored], commit).await;
     assert_eq!(content(&nodes[restored]).await, content(&nodes[lead]).await);
 }

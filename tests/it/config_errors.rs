@@ -57,3 +57,26 @@ fn unwritable_wal_dir_is_named() {
     assert_eq!(code, 1);
     assert!(err.contains("wal.dir"), "{err}");
 }
+
+/// `QUIVER_DATA_DIR` (spelled after `--data-dir`) was ignored, and the node started in
+/// `./quiver-data`; now it is refused, naming the setting meant.
+#[test]
+fn a_variable_that_names_no_setting_is_refused_with_the_nearest() {
+    let (code, err) = serve(&[], &[("QUIVER_DATA_DIR", "/tmp/elsewhere")]);
+    assert_eq!(code, 1);
+    assert!(err.contains("QUIVER_STORAGE_DIR (storage.dir)"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+}
+
+/// `QUIVER_HTTP_BODY_BYTES_MAX=64MiB` said only "invalid type: string"; sizes take units
+/// now, and a bad one names the key and the variable.
+#[test]
+fn a_size_with_a_bad_unit_names_the_key_and_the_variable() {
+    let (code, err) = serve(&[], &[("QUIVER_HTTP_BODY_BYTES_MAX", "64 megs")]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("http.body_bytes_max (QUIVER_HTTP_BODY_BYTES_MAX)"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+}

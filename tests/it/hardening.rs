@@ -260,7 +260,8 @@ async fn idle_connections_are_closed_and_capped() {
     let node = Node::start(
         NodeSpec::new(dir.path())
             .with("QUIVER_HTTP_HEADER_TIMEOUT_MS", 1_000)
-            .with("QUIVER_HTTP_CONNECTIONS_MAX", 8),
+            .with("QUIVER_HTTP_CONNECTIONS_MAX", 8)
+            .with("QUIVER_HTTP_CONNECTIONS_RESERVED_FOR_PEERS", 0),
     )
     .await;
     let addr = node.url.trim_start_matches("http://").to_string();

@@ -112,7 +112,8 @@ async fn a_client_that_never_handshakes_holds_its_slot_only_until_the_deadline()
     let node = Node::start(
         pki.apply(NodeSpec::new(dir.path()))
             .with("QUIVER_HTTP_HEADER_TIMEOUT_MS", 1_000)
-            .with("QUIVER_HTTP_CONNECTIONS_MAX", 4),
+            .with("QUIVER_HTTP_CONNECTIONS_MAX", 4)
+            .with("QUIVER_HTTP_CONNECTIONS_RESERVED_FOR_PEERS", 0),
     )
     .await;
     let addr = node.url.trim_start_matches("https://").to_string();

@@ -62,6 +62,10 @@ const STEPS: usize = 150;
 const CHECK_EVERY: usize = 30;
 /// Longest the replicas may take to converge at a checkpoint.
 const CONVERGE_TIMEOUT: Duration = Duration::from_secs(60);
+/// The continuous query's name.
+const CQ_NAME: &str = "cq1";
+/// Longest one membership change of a scenario may take before the scenario goes on.
+const MEMBERSHIP_STEP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Least share of a seed's batches acknowledged, in percent.
 const LIVENESS_ACKED_PCT_MIN: usize = 20;
 /// Most share of a seed's batches whose outcome is unknown, in percent.
@@ -126,6 +130,14 @@ struct Sim {
     next_batch: i64,
     history: Vec<String>,
     supervisor_restarts: u64,
+    /// Nodes put back on an old copy of their disks.
+    old_copies_restored: usize,
+    /// Nodes replaced (removed, wiped, added and promoted).
+    replaced: usize,
+    /// Retention rules sent.
+    retention_sent: usize,
+    /// Acknowledged batches expired at the last checkpoint.
+    expired_seen: usize,
 }
 
 /// Runs one seed's scenario; panics with the seed, the step and the history on the
@@ -173,14 +185,19 @@ async fn run(seed: u64, steps: usize) {
         ));
     }
     println!(
-        "seed {seed}: {} steps in {:.1} s; batches acked {}, refused {}, unknown {}; deletes acked {}; {} restarts by the supervisor",
+        "seed {seed}: {} steps in {:.1} s; batches acked {}, refused {}, unknown {}; deletes acked {}; {} restarts by the supervisor; {} old copies restored, {} nodes replaced, {} retention rules sent, {} batches expired; {} query windows acked",
         scenario.len(),
         started.elapsed().as_secs_f64(),
         sim.model.count(Outcome::Acked),
         sim.model.count(Outcome::Refused),
         sim.model.count(Outcome::Unknown),
         sim.model.deletes_acked(),
-        sim.supervisor_restarts
+        sim.supervisor_restarts,
+        sim.old_copies_restored,
+        sim.replaced,
+        sim.retention_sent,
+        sim.expired_seen,
+        sim.model.windows_acked()
     );
     if std::env::var("QUIVER_SIM_TIMES").is_ok() {
         println!("  time by step kind: {spent:?}");
@@ -207,6 +224,10 @@ impl Sim {
             next_batch: 0,
             history: Vec::new(),
             supervisor_restarts: 0,
+            old_copies_restored: 0,
+            replaced: 0,
+            retention_sent: 0,
+            expired_seen: 0,
         };
         for node in &mut sim.nodes {
             adjust(node);
@@ -225,6 +246,14 @@ impl Sim {
             Step::Write { via, rows } => self.write(via, rows).await,
             Step::Crash { node, how } => {
                 let net = self.net.clone();
+                if how == Crash::OldCopy {
+                    let age = self.node(node).old_copy_age();
+                    self.history.push(match age {
+                        Some(age) => format!("   disks put back as they were {age:?} ago"),
+                        None => "   no copy of its disks yet: a process crash".into(),
+                    });
+                    self.old_copies_restored += usize::from(age.is_some());
+                }
                 self.node(node).crash(&net, how).await;
             }
             Step::RestartAll => self.restart_all().await,
@@ -257,6 +286,9 @@ impl Sim {
                 },
             ),
             Step::Delete { back } => self.delete(back).await,
+            Step::Replace { node } => self.replace(node).await,
+            Step::Retention => self.retention().await,
+            Step::CqWindow => self.cq_window().await,
             Step::Heal => self.net.heal(),
             Step::FsyncFails { node } => {
                 if self.node(node).is_up() {
@@ -320,6 +352,121 @@ impl Sim {
         self.model.record(id, rows, outcome);
     }
 
+    /// Any running node but `not`.
+    fn running_other_than(&self, not: u64) -> Option<quiver_raft::RaftNode> {
+        self.nodes
+            .iter()
+            .filter(|n| n.id != not)
+            .find_map(|n| n.node().cloned())
+    }
+
+    /// Replaces node `id` as an operator replaces a machine (see `Step::Replace`). Each
+    /// membership change runs within [`MEMBERSHIP_STEP_TIMEOUT`]; one a fault interrupts
+    /// is left for the next checkpoint to finish.
+    async fn replace(&mut self, id: u64) {
+        let Some(via) = self.running_other_than(id) else {
+            self.history
+                .push("   no other node runs: not replaced".into());
+            return;
+        };
+        let removed = tokio::time::timeout(
+            MEMBERSHIP_STEP_TIMEOUT,
+            via.change_voters(Default::default(), [id].into()),
+        )
+        .await;
+        self.history
+            .push(format!("   node {id} removed from the voters: {removed:?}"));
+        if !matches!(removed, Ok(Ok(_))) {
+            // An operator wipes a machine only once its removal is confirmed: a voter
+            // wiped while still counted could be half of a two-voter majority.
+            self.history
+                .push(format!("   removal not confirmed: node {id} kept as it is"));
+            return;
+        }
+        let net = self.net.clone();
+        self.node(id).crash(&net, Crash::Wipe).await;
+        self.node(id).start(&net).await;
+        let addr = self.node(id).addr.clone();
+        let added = tokio::time::timeout(MEMBERSHIP_STEP_TIMEOUT, via.add_learner(id, addr)).await;
+        let promoted = tokio::time::timeout(
+            MEMBERSHIP_STEP_TIMEOUT,
+            via.change_voters([id].into(), Default::default()),
+        )
+        .await;
+        self.history.push(format!(
+            "   node {id} started empty, added as a learner: {added:?}, promoted: {promoted:?}"
+        ));
+        self.replaced += 1;
+    }
+
+    /// The voters of the leader's membership once it is applied and not joint (empty
+    /// while there is no leader or a change is under way).
+    fn settled_voters(&self) -> std::collections::BTreeSet<u64> {
+        let Some(leader) = self
+            .nodes
+            .iter()
+            .find_map(|n| n.node().filter(|r| r.is_leader()).cloned())
+        else {
+            return Default::default();
+        };
+        let metrics = leader.raft.metrics().borrow().clone();
+        let stored = &metrics.membership_config;
+        let applied = stored.log_id() <= &metrics.last_applied;
+        let joint = stored.membership().get_joint_config().len() > 1;
+        if !applied || joint {
+            return Default::default();
+        }
+        stored.membership().voter_ids().collect()
+    }
+
+    /// Makes every node a voter again (a replacement a fault interrupted), within the
+    /// convergence deadline.
+    async fn restore_membership(&mut self, deadline: Instant) {
+        loop {
+            let voters = self.settled_voters();
+            let missing: Vec<u64> = (1..=NODES).filter(|id| !voters.contains(id)).collect();
+            if !voters.is_empty() && missing.is_empty() {
+                return;
+            }
+            if Instant::now() > deadline {
+                let states: Vec<String> = self
+                    .nodes
+                    .iter()
+                    .filter_map(|n| n.node())
+                    .map(|r| {
+                        let m = r.raft.metrics().borrow().clone();
+                        format!(
+                            "node {}: {:?} leader {:?} applied {:?} membership {:?}",
+                            m.id, m.state, m.current_leader, m.last_applied, m.membership_config
+                        )
+                    })
+                    .collect();
+                self.fail(&format!(
+                    "membership not restored: voters {voters:?}; {}",
+                    states.join("; ")
+                ));
+            }
+            for id in missing.into_iter().filter(|_| !voters.is_empty()) {
+                if let Some(via) = self.running_other_than(id) {
+                    let addr = self.node(id).addr.clone();
+                    let _ =
+                        tokio::time::timeout(MEMBERSHIP_STEP_TIMEOUT, via.add_learner(id, addr))
+                            .await;
+                    let promoted = tokio::time::timeout(
+                        MEMBERSHIP_STEP_TIMEOUT,
+                        via.change_voters([id].into(), Default::default()),
+                    )
+                    .await;
+                    self.history.push(format!(
+                        "   checkpoint: node {id} made a voter again: {promoted:?}"
+                    ));
+                }
+            }
+            self.supervise().await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// A client deletes the rows of one earlier batch, through any running node.
     async fn delete(&mut self, back: u32) {
         let batch = self.next_batch - 1 - i64::from(back);
@@ -352,6 +499,104 @@ impl Sim {
             "   delete of batch {batch} via {target}: {outcome:?}"
         ));
         self.model.record_delete(batch, outcome);
+    }
+
+    /// A client sets the retention that expires the first hour of rows, through any
+    /// running node.
+    async fn retention(&mut self) {
+        let Some(node) = self.nodes.iter().find_map(|n| n.node().cloned()) else {
+            self.history
+                .push("   no node runs: no retention sent".into());
+            return;
+        };
+        let change = quiver_storage::PolicyChange::SetRetention {
+            database: model::DATABASE.into(),
+            measurement: None,
+            duration_ns: model::retention_ns(),
+        };
+        let outcome = match node.change_policy(change).await {
+            Ok(_) => Outcome::Acked,
+            Err(WriteError::NotLeader { .. } | WriteError::Unavailable(_)) => Outcome::Refused,
+            Err(WriteError::Unknown(_)) => Outcome::Unknown,
+        };
+        self.history.push(format!("   retention set: {outcome:?}"));
+        self.model.record_retention(outcome);
+        self.retention_sent += 1;
+    }
+
+    /// The leader and its storage, if a node leads.
+    fn leader_and_storage(
+        &self,
+    ) -> Option<(
+        quiver_raft::RaftNode,
+        std::sync::Arc<quiver_storage::Storage>,
+    )> {
+        self.nodes.iter().find_map(|n| {
+            let node = n.node().filter(|r| r.is_leader())?;
+            Some((node.clone(), n.storage()?.clone()))
+        })
+    }
+
+    /// What the continuous-query runner does on the leader: reads the query's next
+    /// window from the leader's state, computes its row and proposes it. The query is
+    /// created first; a window whose proposal had an unknown outcome is proposed again
+    /// (the query's progress did not move, or it did and the window is found done).
+    async fn cq_window(&mut self) {
+        let Some((leader, storage)) = self.leader_and_storage() else {
+            self.history.push("   no leader: no window run".into());
+            return;
+        };
+        let key = quiver_storage::lifecycle::cq_key(model::DATABASE, CQ_NAME);
+        let next = storage.with_policies(|p| p.continuous_queries.get(&key).map(|q| q.next_window));
+        let Some(next) = next else {
+            let query = quiver_storage::lifecycle::ContinuousQuery {
+                name: CQ_NAME.into(),
+                database: model::DATABASE.into(),
+                query: "SELECT count(*) FROM cpu".into(),
+                into: model::CQ_TARGET.into(),
+                every_ns: model::CQ_EVERY_NS,
+                lag_ns: 0,
+                next_window: quiver_storage::TimestampNs(model::cq_first_window()),
+                last_window_end: None,
+                windows_written: 0,
+                created_index: Default::default(),
+            };
+            let created = leader
+                .change_policy(quiver_storage::PolicyChange::CreateContinuousQuery(query))
+                .await;
+            self.history.push(format!(
+                "   continuous query created: {:?}",
+                created.map(|_| ())
+            ));
+            return;
+        };
+        let window = (next.0 - model::cq_first_window()) / model::CQ_EVERY_NS;
+        let command = quiver_raft::CqWindowCommand {
+            name: CQ_NAME.into(),
+            window_start: next,
+            window_end: quiver_storage::TimestampNs(next.0 + model::CQ_EVERY_NS),
+            rows: WriteCommand::encode(
+                model::DATABASE,
+                &[(model::CQ_TARGET.to_string(), model::cq_row(window))],
+                EntryCompression::Zstd,
+            )
+            .expect("encode a window"),
+        };
+        let answer = leader.propose_cq_window(command).await;
+        let outcome = match &answer {
+            Ok(CommandResult::CqWindow(
+                quiver_storage::lifecycle::CqWindowOutcome::Written { .. }
+                | quiver_storage::lifecycle::CqWindowOutcome::AlreadyDone,
+            )) => Outcome::Acked,
+            Ok(other) => {
+                self.fail(&format!("window {window} answered {other:?}"));
+            }
+            Err(WriteError::NotLeader { .. } | WriteError::Unavailable(_)) => Outcome::Refused,
+            Err(WriteError::Unknown(_)) => Outcome::Unknown,
+        };
+        self.history
+            .push(format!("   window {window}: {outcome:?}"));
+        self.model.record_window(window, outcome);
     }
 
     /// What a supervisor (systemd, Kubernetes) does: a node whose Raft stopped for good
@@ -404,6 +649,7 @@ impl Sim {
         self.net.heal();
         self.restart_all().await;
         let deadline = Instant::now() + CONVERGE_TIMEOUT;
+        self.restore_membership(deadline).await;
         loop {
             self.supervise().await;
             if self.converged() {
@@ -434,7 +680,7 @@ impl Sim {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let mut reference: Option<(u64, model::Content)> = None;
+        let mut reference: Option<(u64, (model::Content, model::Content))> = None;
         for node in &self.nodes {
             let Some(storage) = node.storage() else {
                 continue;
@@ -457,18 +703,32 @@ impl Sim {
                     model::describe(storage)
                 ));
             }
+            self.expired_seen = self.model.expired_in(&content);
+            let windows = model::content_of(storage, model::CQ_TARGET);
+            let wrong = self.model.window_violations(&windows);
+            if !wrong.is_empty() {
+                self.fail(&format!(
+                    "node {}, the continuous query's target:\n  {}",
+                    node.id,
+                    wrong[..wrong.len().min(10)].join("\n  ")
+                ));
+            }
+            let content = (content, windows);
             match &reference {
                 None => reference = Some((node.id, content)),
                 Some((id, other)) if *other != content => {
                     let differing: Vec<&i64> = other
+                        .0
                         .keys()
-                        .chain(content.keys())
-                        .filter(|b| other.get(b) != content.get(b))
+                        .chain(content.0.keys())
+                        .filter(|b| other.0.get(b) != content.0.get(b))
                         .take(10)
                         .collect();
                     self.fail(&format!(
-                        "nodes {id} and {} hold different rows (batches {differing:?})",
-                        node.id
+                        "nodes {id} and {} hold different rows (batches {differing:?}; windows {:?} and {:?})",
+                        node.id,
+                        other.1.keys().collect::<Vec<_>>(),
+                        content.1.keys().collect::<Vec<_>>()
                     ));
                 }
                 Some(_) => {}
@@ -498,7 +758,7 @@ impl Sim {
         // The whole schedule of faults and every client's answer, for the report: a
         // seed fixes the scenario but not the interleaving, so this is what happened.
         let record = std::env::temp_dir().join(format!("quiver-sim-seed-{}.txt", self.seed));
-        let written = std::fs::write(&record, self.history.join("\n"))
+        let written = std::fs::write(&record, format!("{what}\n\n{}", self.history.join("\n")))
             .map(|()| format!("the whole history: {}", record.display()))
             .unwrap_or_else(|e| format!("(the history could not be written: {e})"));
         panic!(

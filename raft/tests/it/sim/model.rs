@@ -17,9 +17,21 @@ use quiver_storage::{canonical_schema, ColumnKind, FieldType, Storage, TableSour
 pub const DATABASE: &str = "db";
 pub const MEASUREMENT: &str = "cpu";
 
-/// 2026-01-01T00:00:00Z: batches spread their rows over the six hours after it, so
-/// flushes write several hour files and compaction has work.
-const T0: i64 = 1_767_225_600_000_000_000;
+/// Where batches' rows lie: eight whole hours before the test process started.
+/// Batches spread their rows over six hours after it, so flushes write several hour
+/// files and compaction has work: the first hour (`batch % 6 == 0`), then a free hour,
+/// then five more. Rows this recent make retention real: queries hide rows by the wall
+/// clock and compaction drops files by it (held to a day past the newest row).
+fn t0() -> i64 {
+    static T0: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    *T0.get_or_init(|| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i64);
+        now.div_euclid(HOUR) * HOUR - 8 * HOUR
+    })
+}
+
 const HOUR: i64 = 3_600_000_000_000;
 
 /// What a client was told about a batch.
@@ -40,6 +52,25 @@ pub struct Model {
     batches: BTreeMap<i64, (u32, Outcome)>,
     /// Deletes of whole batches, and what the client was told of each.
     deletes: BTreeMap<i64, Outcome>,
+    /// Windows of the continuous query proposed, and what the proposer was told.
+    windows: BTreeMap<i64, Outcome>,
+    /// What the client was told of the retention rule that expires the first hour
+    /// (see [`RETENTION_NS`]), if one was sent.
+    retention: Option<Outcome>,
+}
+
+/// A retention that expires exactly the first of the hours batches use (batches `b`
+/// with `b % 6 == 0`): measured from the wall clock, its cut lies half an hour into
+/// the free hour after it when the process starts, and stays in that hour for the
+/// next half hour (a test process runs for minutes).
+pub fn retention_ns() -> i64 {
+    static RETENTION: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    *RETENTION.get_or_init(|| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i64);
+        now - (t0() + HOUR + HOUR / 2)
+    })
 }
 
 impl Model {
@@ -74,6 +105,81 @@ impl Model {
         self.deletes.insert(batch, merged);
     }
 
+    /// The retention rule was sent and the client told `outcome`: once it may have
+    /// been applied, batches of the first hour may go (whole files at a time).
+    pub fn record_retention(&mut self, outcome: Outcome) {
+        self.retention = match (self.retention, outcome) {
+            (Some(Outcome::Acked), _) | (_, Outcome::Acked) => Some(Outcome::Acked),
+            (Some(Outcome::Unknown), _) | (_, Outcome::Unknown) => Some(Outcome::Unknown),
+            _ => Some(Outcome::Refused),
+        };
+    }
+
+    /// A window of the continuous query was proposed and its proposer told `outcome`
+    /// (a window found already done counts as acknowledged: an earlier proposal of it
+    /// committed).
+    pub fn record_window(&mut self, window: i64, outcome: Outcome) {
+        let merged = match (self.windows.get(&window).copied(), outcome) {
+            (Some(Outcome::Acked), _) | (_, Outcome::Acked) => Outcome::Acked,
+            (Some(Outcome::Unknown), _) | (_, Outcome::Unknown) => Outcome::Unknown,
+            _ => Outcome::Refused,
+        };
+        self.windows.insert(window, merged);
+    }
+
+    /// Windows acknowledged.
+    pub fn windows_acked(&self) -> usize {
+        self.windows
+            .values()
+            .filter(|o| **o == Outcome::Acked)
+            .count()
+    }
+
+    /// What is wrong with the continuous query's target as a node holds it (`content`
+    /// keyed by window, one row per window): every window at most once, acknowledged
+    /// ones present, none that was never proposed. A window proposed again after an
+    /// unknown outcome must not be written twice.
+    pub fn window_violations(&self, content: &Content) -> Vec<String> {
+        let mut out = Vec::new();
+        for (window, seqs) in content {
+            match self.windows.get(window) {
+                None | Some(Outcome::Refused) => out.push(format!(
+                    "window {window} is held but was never proposed, or was refused"
+                )),
+                _ if seqs.len() != 1 => {
+                    out.push(format!("window {window} is held {} times", seqs.len()))
+                }
+                _ => {}
+            }
+        }
+        for (window, outcome) in &self.windows {
+            if *outcome == Outcome::Acked && !content.contains_key(window) {
+                out.push(format!("acknowledged window {window} is not held"));
+            }
+        }
+        out
+    }
+
+    /// Whether `batch` may have expired: its rows lie in the first hour and the rule
+    /// was not refused.
+    fn may_have_expired(&self, batch: i64) -> bool {
+        batch % 6 == 0 && matches!(self.retention, Some(Outcome::Acked | Outcome::Unknown))
+    }
+
+    /// Acknowledged, undeleted batches that `content` no longer holds because they
+    /// expired: what shows the retention step reached the files.
+    pub fn expired_in(&self, content: &Content) -> usize {
+        self.batches
+            .iter()
+            .filter(|(b, (_, o))| {
+                *o == Outcome::Acked
+                    && self.may_have_expired(**b)
+                    && !self.deletes.contains_key(b)
+                    && !content.contains_key(b)
+            })
+            .count()
+    }
+
     pub fn count(&self, outcome: Outcome) -> usize {
         self.batches.values().filter(|(_, o)| *o == outcome).count()
     }
@@ -105,6 +211,11 @@ impl Model {
                     continue;
                 }
                 (_, Some(Outcome::Unknown)) => &Outcome::Unknown,
+            };
+            // Expired rows go a whole hour file at a time: a batch is gone or whole.
+            let outcome = match outcome {
+                Outcome::Acked if self.may_have_expired(*batch) => &Outcome::Unknown,
+                o => o,
             };
             match (outcome, held) {
                 (Outcome::Acked, Some(seqs)) if *seqs == whole => {}
@@ -142,10 +253,54 @@ fn summary(seqs: &[i64]) -> String {
     )
 }
 
+/// The continuous query's target measurement.
+pub const CQ_TARGET: &str = "cpu_cq";
+/// The continuous query's window width.
+pub const CQ_EVERY_NS: i64 = 60_000_000_000;
+
+/// The start of the continuous query's first window: seven hours after [`t0`], clear of
+/// the retention and of the batches' hours.
+pub fn cq_first_window() -> i64 {
+    t0() + 7 * HOUR
+}
+
+/// The one row the continuous query writes for window `window` (numbered from
+/// [`cq_first_window`]): what its query computes is the same every time it runs, so a
+/// leader that runs a window again proposes the same row. `batch` holds the window's
+/// number and `seq` 0: [`content_of`] reads it like a batch.
+pub fn cq_row(window: i64) -> RecordBatch {
+    let schema = canonical_schema([
+        ("host", ColumnKind::Tag),
+        ("batch", ColumnKind::Field(FieldType::Integer)),
+        ("seq", ColumnKind::Field(FieldType::Integer)),
+    ]);
+    let mut host = StringDictionaryBuilder::<Int32Type>::new();
+    host.append_value("cq");
+    let columns: Vec<arrow::array::ArrayRef> = schema
+        .fields()
+        .iter()
+        .map(|f| -> arrow::array::ArrayRef {
+            match f.name().as_str() {
+                "time" => Arc::new(TimestampNanosecondArray::from(vec![
+                    cq_first_window() + window * CQ_EVERY_NS,
+                ])),
+                "host" => Arc::new(host.finish()),
+                "batch" => Arc::new(arrow::array::Int64Array::from(vec![window])),
+                _ => Arc::new(arrow::array::Int64Array::from(vec![0i64])),
+            }
+        })
+        .collect();
+    RecordBatch::try_new(schema, columns).expect("a valid window row")
+}
+
 /// The first row time of batch `batch`: its rows follow one nanosecond apart, and no
 /// other batch's rows fall between (batches are 1,000 ns apart, 40 rows at most).
 fn first_time(batch: i64) -> i64 {
-    T0 + (batch % 6) * HOUR + batch * 1_000
+    let hour = match batch % 6 {
+        0 => 0,
+        k => k + 1,
+    };
+    t0() + hour * HOUR + batch * 1_000
 }
 
 /// The time range `[from, before)` that holds exactly the rows of batch `batch`.
@@ -262,8 +417,13 @@ fn read_file(storage: &Storage, path: &str) -> Vec<RecordBatch> {
 /// Every row a node holds, read from memory and from its Parquet files, less the rows
 /// its deletes hide.
 pub fn content(storage: &Storage) -> Content {
+    content_of(storage, MEASUREMENT)
+}
+
+/// What `measurement` of a node holds, read like [`content`].
+pub fn content_of(storage: &Storage, measurement: &str) -> Content {
     let mut out = Content::new();
-    let Some(table) = storage.table(DATABASE, MEASUREMENT) else {
+    let Some(table) = storage.table(DATABASE, measurement) else {
         return out;
     };
     let mut add = |b: &RecordBatch, keep: Option<&[usize]>| {

@@ -30,6 +30,20 @@ pub enum Crash {
     Power,
     /// The machine is replaced: the node comes back with nothing.
     Wipe,
+    /// The node's disks are put back as they were at an earlier stop (an operator
+    /// restores last week's disk image) and `quiver restore` is run, as
+    /// docs/operations.md says: its log, vote, snapshots and files are old. Without a
+    /// copy yet, a process crash.
+    OldCopy,
+}
+
+/// The node's disks as they were when it was once down: taken at its first process
+/// crash after a start from scratch or the last restore, so it grows old.
+struct DiskCopy {
+    taken: Instant,
+    wal_disk: SimFs,
+    files: tempfile::TempDir,
+    durable: Vec<(PathBuf, u64)>,
 }
 
 struct Running {
@@ -46,6 +60,7 @@ pub struct SimNode {
     disk: SimFs,
     seed: u64,
     running: Option<Running>,
+    old_copy: Option<DiskCopy>,
     /// `http.write_timeout_ms` of the node (scenarios that need a write to outlive an
     /// election raise it).
     pub write_timeout_ms: u64,
@@ -63,6 +78,7 @@ impl SimNode {
             disk: SimFs::new(seed ^ id),
             seed,
             running: None,
+            old_copy: None,
             write_timeout_ms: 700,
         }
     }
@@ -159,7 +175,29 @@ impl SimNode {
         }
         drop(storage);
         match how {
-            Crash::Process => self.disk.restart(),
+            Crash::Process => {
+                self.disk.restart();
+                if self.old_copy.is_none() {
+                    self.old_copy = Some(self.copy_disks());
+                }
+            }
+            Crash::OldCopy => {
+                self.disk.restart();
+                if let Some(copy) = self.old_copy.take() {
+                    self.put_back(copy, released).await;
+                    // What an operator runs after putting a copy back (operations.md).
+                    let settings = quiver_raft::RestoreSettings {
+                        node_id: self.id,
+                        advertise_addr: self.addr.clone(),
+                        clustered: true,
+                        data_dir: self.data_dir(),
+                        wal: self.raft_config().wal,
+                    };
+                    quiver_raft::restore(&settings, &self.storage_config())
+                        .await
+                        .expect("quiver restore after putting back a copy");
+                }
+            }
             Crash::Power => {
                 self.disk.power_loss(PowerLoss::Torn);
                 lose_what_was_not_made_durable(&self.dir);
@@ -180,6 +218,54 @@ impl SimNode {
                 }
             }
         }
+    }
+
+    /// How long ago the copy an [`Crash::OldCopy`] would put back was taken.
+    pub fn old_copy_age(&self) -> Option<Duration> {
+        self.old_copy.as_ref().map(|c| c.taken.elapsed())
+    }
+
+    /// A copy of the stopped node's disks (see [`DiskCopy`]).
+    fn copy_disks(&self) -> DiskCopy {
+        let files = tempfile::tempdir().expect("a directory for the copy");
+        copy_tree(&self.dir, files.path());
+        DiskCopy {
+            taken: Instant::now(),
+            wal_disk: self.disk.fork(),
+            files,
+            durable: quiver_storage::durable::testing::records_under(&self.dir)
+                .into_iter()
+                .map(|(p, len)| {
+                    (
+                        p.strip_prefix(&self.dir)
+                            .map(Path::to_path_buf)
+                            .unwrap_or(p),
+                        len,
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    /// Replaces the stopped node's disks by `copy`.
+    async fn put_back(&mut self, copy: DiskCopy, released: Instant) {
+        quiver_storage::durable::testing::forget_under(&self.dir);
+        while let Err(e) = std::fs::remove_dir_all(&self.dir) {
+            assert!(
+                Instant::now() < released,
+                "node {}: cannot replace its directory: {e}",
+                self.id
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        copy_tree(copy.files.path(), &self.dir);
+        let durable: Vec<(PathBuf, u64)> = copy
+            .durable
+            .iter()
+            .map(|(relative, len)| (self.dir.join(relative), *len))
+            .collect();
+        quiver_storage::durable::testing::restore_records(&durable);
+        self.disk = copy.wal_disk.fork();
     }
 
     /// The next WAL fdatasync fails (a disk error): the log is poisoned and Raft stops.
@@ -270,4 +356,22 @@ fn lose_what_was_not_made_durable(dir: &Path) {
         }
     }
     walk(dir);
+}
+
+/// Copies the tree `from` into `to` (created), files and directories only.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create the copy's directory");
+    let Ok(entries) = std::fs::read_dir(from) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let target = to.join(entry.file_name());
+        match entry.file_type() {
+            Ok(kind) if kind.is_dir() => copy_tree(&entry.path(), &target),
+            Ok(kind) if kind.is_file() => {
+                std::fs::copy(entry.path(), &target).expect("copy a file");
+            }
+            _ => {}
+        }
+    }
 }

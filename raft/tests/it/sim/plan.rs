@@ -34,6 +34,15 @@ pub enum Step {
     /// A client deletes the rows of the batch sent `back` batches before the last one
     /// (a time range that holds exactly that batch's rows).
     Delete { back: u32 },
+    /// Node `node` is replaced as an operator replaces a machine: removed from the
+    /// voters, wiped, started empty, added as a learner and promoted.
+    Replace { node: u64 },
+    /// A client sets the database's retention so that the first hour of rows expires
+    /// (`model::retention_ns`); the leader's compaction drops those files.
+    Retention,
+    /// The leader runs the continuous query's next window, as its runner does: it
+    /// creates the query first if it does not exist yet.
+    CqWindow,
     /// Every link works normally again.
     Heal,
     /// Node `node`'s next WAL fdatasync fails (its log is poisoned and Raft stops).
@@ -54,6 +63,9 @@ impl Step {
             Step::Isolate { .. } => "isolate",
             Step::Degrade { .. } => "degrade",
             Step::Delete { .. } => "delete",
+            Step::Replace { .. } => "replace",
+            Step::Retention => "retention",
+            Step::CqWindow => "cq-window",
             Step::Heal => "heal",
             Step::FsyncFails { .. } => "fsync-fails",
             Step::PersistFails { .. } => "persist-fails",
@@ -66,7 +78,7 @@ impl Step {
 pub fn plan(seed: u64, steps: usize, check_every: usize) -> Vec<Step> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut out = Vec::with_capacity(steps + steps / check_every.max(1) + 1);
-    // A wipe loses a node's acknowledged entries; a second one before the first node
+    // A wipe (or an old copy) loses a node's acknowledged entries; a second one before the first node
     // has caught up (at the next checkpoint) would leave no majority holding them,
     // which no system survives: it becomes a power loss instead.
     let mut wiped_since_checkpoint = false;
@@ -78,7 +90,9 @@ pub fn plan(seed: u64, steps: usize, check_every: usize) -> Vec<Step> {
         let node = rng.random_range(1..=NODES);
         let roll = rng.random_range(0..100u32);
         out.push(match roll {
-            0..=66 => Step::Write {
+            0 => Step::Retention,
+            1..=4 => Step::CqWindow,
+            5..=66 => Step::Write {
                 via: node,
                 rows: rng.random_range(1..=40),
             },
@@ -95,9 +109,16 @@ pub fn plan(seed: u64, steps: usize, check_every: usize) -> Vec<Step> {
             },
             78 if !wiped_since_checkpoint => {
                 wiped_since_checkpoint = true;
-                Step::Crash {
-                    node,
-                    how: Crash::Wipe,
+                match rng.random_range(0..3u8) {
+                    0 => Step::Replace { node },
+                    1 => Step::Crash {
+                        node,
+                        how: Crash::OldCopy,
+                    },
+                    _ => Step::Crash {
+                        node,
+                        how: Crash::Wipe,
+                    },
                 }
             }
             78 => Step::Crash {
