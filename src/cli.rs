@@ -30,6 +30,12 @@ pub enum Command {
     },
     /// Check that replicas agree: sentinel rows, then per-partition content hashes.
     Verify(crate::verify::VerifyArgs),
+    /// API tokens: create (the secret is printed once), list, revoke.
+    Token {
+        /// What to do.
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
     /// Load generation and sizing for operators.
     Sizing {
         /// What to run.
@@ -110,6 +116,34 @@ pub struct ClusterTarget {
     /// then reached over https (or QUIVER_CA).
     #[arg(long, env = "QUIVER_CA")]
     pub ca: Option<PathBuf>,
+}
+
+/// `quiver token ...`
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Create a token; prints its secret (once) on stdout.
+    Create {
+        #[command(flatten)]
+        target: ClusterTarget,
+        /// A name to tell it by (`telegraf`, `grafana`).
+        #[arg(long)]
+        name: String,
+        /// What it may do (repeat for several).
+        #[arg(long, required = true, value_parser = ["read", "write", "admin"])]
+        scope: Vec<String>,
+        /// Limit it to these databases (repeat for several; default every database).
+        #[arg(long)]
+        database: Vec<String>,
+    },
+    /// Every token: id, name, scopes, databases, creation time (never the secret).
+    List(ClusterTarget),
+    /// Revoke a token by id: every node refuses it from then on.
+    Revoke {
+        #[command(flatten)]
+        target: ClusterTarget,
+        /// The token's id (from `create` or `list`).
+        id: String,
+    },
 }
 
 /// `quiver cluster ...`

@@ -1,5 +1,6 @@
 //! The `quiver` binary: parses flags and hands off. Errors become one line and exit 1.
 
+mod admin_client;
 mod auth;
 mod cli;
 mod cluster_cli;
@@ -15,6 +16,7 @@ mod pg;
 mod restore_cli;
 mod telemetry;
 mod tls;
+mod token_cli;
 mod verify;
 
 use clap::Parser;
@@ -30,6 +32,7 @@ fn main() {
         Command::Restore(args) => run_restore(args),
         Command::Cluster { command } => run_async(cluster_cli::run(command)),
         Command::Verify(args) => run_async(verify::run(args)),
+        Command::Token { command } => run_async(token_cli::run(command)),
         Command::Sizing {
             command: SizingCommand::Load(args),
         } => run_async(async { Ok(quiver_sizing::run_load(args).await?) }),
