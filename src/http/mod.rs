@@ -137,8 +137,11 @@ pub fn router(state: AppState) -> Router {
     } else {
         public
     };
+    // Only on routes that exist: a path Quiver does not serve is 404 with or without a
+    // token (QuestDB's client probes `GET /settings` without one, and falls back to
+    // protocol version 1 only on a 404).
     routes
-        .layer(axum::middleware::from_fn_with_state(
+        .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             guard::guard,
         ))

@@ -253,3 +253,27 @@ async fn the_token_cli_creates_lists_and_revokes() {
     assert_ne!(code, Some(0));
     assert!(said.contains("read") && said.contains("admin"), "{said}");
 }
+
+/// A path Quiver does not serve is 404 with or without a token: QuestDB's client probes
+/// `GET /settings` without one and falls back to line protocol v1 only on a 404 (a 401
+/// there failed every QuestDB sender).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_path_is_404_without_a_token_and_a_known_one_401() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(NodeSpec::new(dir.path())).await;
+    let status = |path: &'static str| {
+        let (client, url) = (node.client.clone(), node.url.clone());
+        async move {
+            client
+                .get(format!("{url}{path}"))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    assert_eq!(status("/settings").await, 404);
+    assert_eq!(status("/api/v1/tokens").await, 401);
+    assert_eq!(status("/health").await, 200);
+}
