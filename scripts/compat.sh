@@ -3,7 +3,7 @@
 # QuestDB ILP/HTTP, psycopg and asyncpg, ADBC Flight SQL, influxdb3-python), an S3 API
 # server (moto, for Parquet files in a bucket), a real Prometheus server (remote write) and
 # Debian's psql against a real `quiver` node. Needs the debug binary built by
-# `cargo build`/`cargo test` (or QUIVER_BIN pointing at one) and python3 with pip.
+# `cargo build`/`cargo test` (or QUIVER_BIN pointing at one) and python3 with venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/quiver-target}"
@@ -23,7 +23,18 @@ if [ "${#missing[@]}" -gt 0 ]; then
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
-python3 -m pip install -q -r tests/compat/requirements.txt
+# The clients go into a virtual environment of their own (kept beside the build, so a
+# second run reuses it), never into the system's Python: a stock Debian refuses that
+# (PEP 668) and may not even have pip. Needs python3 with its venv module (Debian:
+# python3-venv).
+venv="${COMPAT_VENV:-$CARGO_TARGET_DIR/compat-venv}"
+if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv" || {
+        echo "compat: cannot create a virtual environment at $venv; install python3-venv" >&2
+        exit 2
+    }
+fi
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+"$venv/bin/python" -m pip install -q -r tests/compat/requirements.txt
 export PYTHONDONTWRITEBYTECODE=1
-exec python3 -m pytest -q tests/compat "$@"
+exec "$venv/bin/python" -m pytest -q tests/compat "$@"
