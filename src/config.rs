@@ -899,12 +899,30 @@ fn setting_keys() -> Vec<String> {
             out.extend(keys.keys().map(|k| format!("{section}.{k}")));
         }
     }
-    for section in SECTIONS {
-        // Keys without a default (unset options) are not serialized: name the section.
-        if !out.iter().any(|k| k.starts_with(&format!("{section}."))) {
-            out.push(format!("{section}.?"));
+    // Options unset by default (`pg.addr`, `http.tls_cert`, ...) are not serialized; the
+    // example file lists them, commented out.
+    let mut section = "";
+    for line in include_str!("../deploy/quiver.toml").lines() {
+        let line = line.trim();
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            section = name;
+            continue;
+        }
+        let entry = line.trim_start_matches('#').trim_start();
+        if let Some((key, _)) = entry.split_once('=') {
+            let key = key.trim();
+            if !section.is_empty()
+                && !key.is_empty()
+                && key
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            {
+                out.push(format!("{section}.{key}"));
+            }
         }
     }
+    out.sort();
+    out.dedup();
     out
 }
 
@@ -1129,6 +1147,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("QUIVER_STORAGE_DIR (storage.dir)"), "{err}");
+        let err = Config::load(None, env(&[("QUIVER_PGADDR", "x")]).into_iter(), &flags)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("QUIVER_PG_ADDR (pg.addr)"), "{err}");
         // The tools' and harnesses' own variables are not settings, and pass.
         Config::load(
             None,
