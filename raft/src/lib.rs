@@ -15,6 +15,7 @@ mod durable_file;
 mod error;
 mod file_transfer;
 mod forward;
+mod joint_membership;
 mod log_store;
 mod network;
 mod node;

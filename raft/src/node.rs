@@ -54,12 +54,6 @@ const BOOTSTRAP_LOG_EVERY_ROUNDS: u64 = 40;
 const DISK_RECHECK_MS: u64 = 500;
 /// How often the leader asks its followers whether they take entries.
 const TAKERS_POLL_MS: u64 = 500;
-/// How often the leader looks for a membership change left half done.
-const JOINT_CHECK_MS: u64 = 1_000;
-/// Checks in a row a committed joint membership must be seen, with no second step
-/// proposed, before the leader finishes it: openraft proposes the second step as soon
-/// as the first commits, so one that lasts this long was abandoned.
-const JOINT_ABANDONED_CHECKS: u32 = 3;
 
 /// Settings of the Raft layer (the `[raft]` and `[wal]` sections).
 #[derive(Debug, Clone)]
@@ -1065,51 +1059,6 @@ impl RaftNode {
             self.clone().joint_membership_loop().in_current_span(),
         ));
         tasks
-    }
-
-    /// On the leader, finishes a membership change whose caller went away between its
-    /// two steps (a `cluster remove` that timed out, a leader that crashed): openraft
-    /// leaves such a cluster in the joint configuration, where every decision needs a
-    /// majority of the old voters and of the new, so a node the operator removed and
-    /// wiped would hold the cluster's availability hostage. The target of the change,
-    /// the joint configuration's last half, becomes the membership.
-    async fn joint_membership_loop(self) {
-        let mut seen = 0u32;
-        loop {
-            tokio::time::sleep(Duration::from_millis(JOINT_CHECK_MS)).await;
-            let metrics = self.raft.metrics().borrow().clone();
-            if metrics.running_state.is_err() {
-                return;
-            }
-            let stored = &metrics.membership_config;
-            let configs = stored.membership().get_joint_config();
-            let abandoned = self.is_leader()
-                && configs.len() > 1
-                && stored.log_id().is_some()
-                && stored.log_id() <= &metrics.last_applied;
-            seen = if abandoned { seen + 1 } else { 0 };
-            if seen < JOINT_ABANDONED_CHECKS {
-                continue;
-            }
-            seen = 0;
-            let Some(target) = configs.last().cloned() else {
-                continue;
-            };
-            tracing::warn!(
-                voters = ?target,
-                "a membership change was left half done; finishing it"
-            );
-            match self
-                .raft
-                .change_membership(ChangeMembers::ReplaceAllVoters(target), false)
-                .await
-            {
-                Ok(_) => {
-                    metrics::counter!("quiver_raft_membership_changes_finished_total").increment(1)
-                }
-                Err(e) => tracing::warn!(error = %e, "finishing the membership change failed"),
-            }
-        }
     }
 
     /// On the leader, asks every other voter every [`TAKERS_POLL_MS`] whether it takes
