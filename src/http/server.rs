@@ -85,9 +85,12 @@ pub async fn serve(
         let handshake_timeout = Duration::from_millis(limits.header_timeout_ms);
         let gate = gate.clone();
         tokio::spawn(async move {
-            // A slot, waited for at most as long as headers are: a connection that
+            // A slot, waited for up to twice the header deadline: a connection that
             // finds every slot taken is served when one frees, or told it was refused.
-            let slot = match gate.admit_waiting(peer.ip(), handshake_timeout).await {
+            // Connections stalled in their headers or handshake free their slots at
+            // that deadline, so a waiter that gave up at the same moment lost a race
+            // it should win (seen under load: the fresh client was refused).
+            let slot = match gate.admit_waiting(peer.ip(), handshake_timeout * 2).await {
                 Ok(ticket) => ticket,
                 Err(refusal) => {
                     metrics::counter!("quiver_http_connections_refused_total", "reason" => refusal.label())
