@@ -28,11 +28,24 @@ pub const CATALOG_NAME: &str = "quiver";
 pub(crate) struct QuiverCatalog {
     source: Arc<dyn TableSource>,
     access: QueryAccess,
+    /// Postgres's catalog, as a schema beside the databases, for the Postgres door.
+    pg_catalog: Option<Arc<dyn SchemaProvider>>,
 }
 
 impl QuiverCatalog {
     pub(crate) fn new(source: Arc<dyn TableSource>, access: QueryAccess) -> Self {
-        QuiverCatalog { source, access }
+        QuiverCatalog {
+            source,
+            access,
+            pg_catalog: None,
+        }
+    }
+
+    /// This catalog with `pg_catalog` resolving to `schema` (it shadows a database of
+    /// that name).
+    pub(crate) fn with_pg_catalog(mut self, schema: Arc<dyn SchemaProvider>) -> Self {
+        self.pg_catalog = Some(schema);
+        self
     }
 }
 
@@ -40,22 +53,48 @@ impl QuiverCatalog {
 /// list does not exist for the query (its tables resolve to "not found"), so a
 /// restricted token cannot learn or read another database through `db.measurement`,
 /// `information_schema` or `SHOW TABLES`.
+///
+/// It also says how the catalog is presented: a Postgres client
+/// ([`with_pg_catalog`](Self::with_pg_catalog)) also finds Postgres's `pg_catalog`.
 #[derive(Debug, Clone, Default)]
 pub struct QueryAccess {
     databases: Option<Arc<[String]>>,
+    pg_catalog: bool,
 }
 
 impl QueryAccess {
     /// Every database.
     pub fn all() -> QueryAccess {
-        QueryAccess { databases: None }
+        QueryAccess {
+            databases: None,
+            pg_catalog: false,
+        }
     }
 
     /// Only these databases.
     pub fn only(databases: Vec<String>) -> QueryAccess {
         QueryAccess {
             databases: Some(databases.into()),
+            pg_catalog: false,
         }
+    }
+
+    /// The same access for a Postgres client: its queries also find `pg_catalog`
+    /// (listing the databases this access allows, and the tables of the query's
+    /// database), as Postgres drivers and tools expect.
+    pub fn with_pg_catalog(mut self) -> QueryAccess {
+        self.pg_catalog = true;
+        self
+    }
+
+    /// Whether queries find `pg_catalog`.
+    pub fn has_pg_catalog(&self) -> bool {
+        self.pg_catalog
+    }
+
+    /// The databases allowed, or `None` for all.
+    pub fn databases(&self) -> Option<&[String]> {
+        self.databases.as_deref()
     }
 
     /// Whether the query may read `database`.
@@ -85,6 +124,11 @@ impl CatalogProvider for QuiverCatalog {
     }
 
     fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
+        if let Some(pg_catalog) = &self.pg_catalog {
+            if name == crate::pg_catalog::PG_CATALOG_SCHEMA {
+                return Some(Arc::clone(pg_catalog));
+            }
+        }
         let databases = self.schema_names();
         let database = match resolve_name(name, &databases) {
             Some(existing) => existing.to_string(),

@@ -29,6 +29,7 @@ use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::object_store::{DefaultObjectStoreRegistry, ObjectStoreRegistry};
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
+use datafusion::execution::FunctionRegistry;
 use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use quiver_storage::TableSource;
@@ -41,6 +42,7 @@ use crate::config::{QueryConfig, RESULT_CHUNKS_AHEAD_MAX};
 use crate::encode::BatchEncoder;
 use crate::error::Error;
 use crate::memory::{NodeMemory, QueryMemoryPool};
+use crate::pg_catalog::PgCatalogs;
 use crate::produce::{self, Batches, Described, Encoded, QuerySession, Sink};
 use crate::runtime::QueryRuntime;
 use crate::stream::{EncodedStream, QueryStream, ResultStream};
@@ -100,6 +102,8 @@ struct Shared {
     base_runtime: Arc<RuntimeEnv>,
     admission: Admission,
     node_memory: Arc<NodeMemory>,
+    /// The `pg_catalog` schemas of Postgres clients, one per database and token scope.
+    pg_catalogs: PgCatalogs,
     /// Last, so it shuts down after everything that could still hand it work.
     runtime: QueryRuntime,
 }
@@ -137,11 +141,20 @@ impl QueryEngine {
         let aggregates = builder.aggregate_functions().get_or_insert_with(Vec::new);
         aggregates.retain(|f| f.name() != "avg");
         aggregates.push(crate::avg::avg());
-        let functions = builder.scalar_functions().get_or_insert_with(Vec::new);
-        functions.push(udf::time_bucket());
+        // Postgres's catalog functions and type names first, so that Quiver's own
+        // functions of the same name (`quote_ident`, `parse_ident`, `current_schema`,
+        // ...) replace the crate's.
+        let mut base_state = crate::pg_catalog::install(builder.build())?;
+        let pg_catalogs = PgCatalogs::new()?;
+        let mut functions = vec![
+            udf::time_bucket(),
+            crate::pg_parse_ident::function(),
+            pg_catalogs.to_regtype()?,
+        ];
         functions.extend(crate::pg_functions::functions());
-        functions.push(crate::pg_parse_ident::function());
-        let base_state = builder.build();
+        for function in functions {
+            let _replaced = base_state.register_udf(function)?;
+        }
         let base_runtime = RuntimeEnvBuilder::new()
             .with_metadata_cache_limit(config.footer_cache_bytes_max)
             .build_arc()?;
@@ -160,6 +173,7 @@ impl QueryEngine {
                 query_state,
                 base_runtime,
                 admission: Admission::new(config.concurrency_max, config.queue_max),
+                pg_catalogs,
                 node_memory: Arc::new(NodeMemory::new(config.node_memory_bytes_max)),
                 runtime: QueryRuntime::new(config.threads, config.thread_nice)?,
                 config,
@@ -344,17 +358,22 @@ impl QueryEngine {
         database: &str,
         access: &QueryAccess,
     ) -> Result<SessionState, Error> {
-        if !access.is_restricted() && source.is_none() {
+        if !access.is_restricted() && !access.has_pg_catalog() && source.is_none() {
             let mut state = self.inner.query_state.clone();
             state.config_mut().options_mut().catalog.default_schema = database.to_string();
             return Ok(state);
         }
         let source = source.unwrap_or_else(|| Arc::clone(&self.inner.source));
+        let mut catalog = QuiverCatalog::new(source, access.clone());
+        if access.has_pg_catalog() {
+            let pg_catalog = self
+                .inner
+                .pg_catalogs
+                .schema(catalog.clone(), database, access)?;
+            catalog = catalog.with_pg_catalog(pg_catalog);
+        }
         let catalogs = MemoryCatalogProviderList::new();
-        catalogs.register_catalog(
-            CATALOG_NAME.to_string(),
-            Arc::new(QuiverCatalog::new(source, access.clone())),
-        );
+        catalogs.register_catalog(CATALOG_NAME.to_string(), Arc::new(catalog));
         Ok(
             SessionStateBuilder::new_from_existing(self.inner.query_state.clone())
                 .with_config(session_config(&self.inner.config, database))

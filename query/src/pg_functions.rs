@@ -42,9 +42,10 @@ pub fn setting(name: &str) -> Option<&'static str> {
     })
 }
 
-/// `current_setting` and `quote_ident`, ready to register.
+/// `current_setting`, `quote_ident`, `version` and the session's place
+/// ([`crate::pg_session_functions`]), ready to register.
 pub(crate) fn functions() -> Vec<Arc<ScalarUDF>> {
-    vec![
+    let mut functions = vec![
         Arc::new(ScalarUDF::new_from_impl(TextFunction::new(
             Text::CurrentSetting,
         ))),
@@ -54,7 +55,10 @@ pub(crate) fn functions() -> Vec<Arc<ScalarUDF>> {
         Arc::new(ScalarUDF::new_from_impl(Version {
             signature: Signature::nullary(Volatility::Immutable),
         })),
-    ]
+    ];
+    functions.extend(crate::pg_session_functions::functions());
+    functions.extend(crate::pg_visible::functions());
+    functions
 }
 
 /// What `version()` answers.
@@ -92,9 +96,14 @@ impl ScalarUDFImpl for Version {
     }
 }
 
-/// `current_setting('name')`: an unknown name is an error, as in Postgres.
-fn current_setting(name: &str) -> Result<String> {
-    match setting(&name.to_ascii_lowercase()) {
+/// `current_setting('name')`: an unknown name is an error, as in Postgres. The search
+/// path is the query's `database` (the schema unqualified names resolve in).
+fn current_setting(name: &str, database: &str) -> Result<String> {
+    let name = name.to_ascii_lowercase();
+    if name == "search_path" {
+        return Ok(database.to_string());
+    }
+    match setting(&name) {
         Some(value) => Ok(value.to_string()),
         None => exec_err!("unrecognized configuration parameter \"{name}\""),
     }
@@ -144,9 +153,9 @@ impl TextFunction {
         }
     }
 
-    fn apply(&self, text: &str) -> Result<String> {
+    fn apply(&self, text: &str, database: &str) -> Result<String> {
         match self.which {
-            Text::CurrentSetting => current_setting(text),
+            Text::CurrentSetting => current_setting(text, database),
             Text::QuoteIdent => quote_ident(text),
         }
     }
@@ -169,6 +178,7 @@ impl ScalarUDFImpl for TextFunction {
         let [arg] = args.args.as_slice() else {
             return exec_err!("{} takes one argument", self.name);
         };
+        let database = args.config_options.catalog.default_schema.as_str();
         match arg {
             ColumnarValue::Scalar(scalar) => {
                 let text = match scalar {
@@ -178,7 +188,7 @@ impl ScalarUDFImpl for TextFunction {
                     other if other.is_null() => None,
                     other => return exec_err!("{} takes text, not {other:?}", self.name),
                 };
-                let out = text.map(|t| self.apply(t)).transpose()?;
+                let out = text.map(|t| self.apply(t, database)).transpose()?;
                 Ok(ColumnarValue::Scalar(ScalarValue::Utf8(out)))
             }
             ColumnarValue::Array(array) => {
@@ -187,7 +197,7 @@ impl ScalarUDFImpl for TextFunction {
                 let mut out = StringBuilder::with_capacity(strings.len(), strings.len() * 8);
                 for value in strings.iter() {
                     match value {
-                        Some(v) => out.append_value(self.apply(v)?),
+                        Some(v) => out.append_value(self.apply(v, database)?),
                         None => out.append_null(),
                     }
                 }
@@ -213,9 +223,15 @@ mod tests {
 
     #[test]
     fn settings_answer_by_name_and_unknown_ones_fail() {
-        assert_eq!(current_setting("server_version_num").unwrap(), "160006");
-        assert_eq!(current_setting("TimeZone").unwrap(), "UTC");
-        let e = current_setting("shared_buffers").unwrap_err().to_string();
+        assert_eq!(
+            current_setting("server_version_num", "db").unwrap(),
+            "160006"
+        );
+        assert_eq!(current_setting("TimeZone", "db").unwrap(), "UTC");
+        assert_eq!(current_setting("search_path", "db").unwrap(), "db");
+        let e = current_setting("shared_buffers", "db")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("unrecognized configuration parameter"), "{e}");
     }
 }
