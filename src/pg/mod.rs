@@ -13,14 +13,16 @@
 //! - [`encode`] and [`params`]: Arrow values to and from Postgres's text and binary
 //!   formats.
 //! - [`search_path`]: Grafana's expansion of `search_path` becomes the database.
-//! - [`catalog`]: what the door answers itself (`BEGIN`, `SET`, `SHOW`, psql's `\l`,
-//!   `\dt`, `\d`).
+//! - [`local`]: what the door answers itself (`BEGIN`, `SET`, `SHOW`). Catalog
+//!   queries (psql's `\l`, `\dt`, `\d`, pgjdbc's `DatabaseMetaData`, SQLAlchemy's
+//!   inspector) run on the engine, which gives Postgres clients a `pg_catalog` over
+//!   the databases their token reads (`quiver_query::PgStatement`).
 //!
 //! It is not a way to write: every statement is read-only, as over HTTP.
 
 mod cancel;
-mod catalog;
 mod encode;
+mod local;
 mod params;
 mod search_path;
 mod session;

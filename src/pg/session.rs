@@ -5,7 +5,8 @@
 //! `Parse` plans the statement once (taking a query slot, like any query) to learn its
 //! result columns and its placeholders' types, which `Describe` then reports; `Execute`
 //! runs it with the bound values. Statements the door answers itself (`BEGIN`, `SET`,
-//! psql's catalog queries) never reach the engine ([`catalog`](super::catalog)).
+//! `SHOW`) never reach the engine ([`local`](super::local)); catalog queries do
+//! ([`PgStatement`]).
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -24,11 +25,11 @@ use pgwire::api::{ClientInfo, ClientPortalStore, Type};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::data::DataRow;
 use pgwire::messages::PgWireBackendMessage;
-use quiver_query::{QueryAccess, QueryStream, ScalarValue};
+use quiver_query::{PgStatement, QueryAccess, QueryStream, ScalarValue};
 
 use super::cancel::{cancelled_error, Cancel};
-use super::catalog::{self, Context, Local};
 use super::encode;
+use super::local::{self, Local};
 use super::params;
 use super::search_path;
 use super::startup::database;
@@ -39,9 +40,9 @@ use crate::http::AppState;
 pub enum Statement {
     /// Runs on the engine.
     Sql {
-        /// The SQL as the client sent it.
-        sql: String,
-        /// Its result's columns, as planned at `Parse`.
+        /// The SQL as prepared for the engine, with Postgres's column names.
+        prepared: PgStatement,
+        /// Its result's columns, as planned at `Parse` (named as Postgres names them).
         schema: SchemaRef,
         /// Its placeholders' types, `$1` first.
         params: Vec<Option<DataType>>,
@@ -102,7 +103,7 @@ fn access<C: ClientInfo>(app: &AppState, client: &C) -> PgWireResult<Arc<QueryAc
         .check_token(Some(&token.0), crate::auth::Permission::Read)
         .and_then(|grant| grant.database(&database).map(|()| grant))
     {
-        Ok(grant) => Ok(Arc::new(grant.query_access())),
+        Ok(grant) => Ok(Arc::new(grant.query_access().with_pg_catalog())),
         Err(_) => {
             metrics::counter!("quiver_pg_revoked_sessions_total").increment(1);
             Err(PgWireError::UserError(Box::new(ErrorInfo::new(
@@ -137,23 +138,21 @@ impl QueryParser for Parser {
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
-        match catalog::classify(sql) {
-            Ok(Some(local)) => return Ok(Some(Statement::Local(local))),
-            Ok(None) => {}
-            Err(message) => return Err(user_error("0A000", message)),
+        if let Some(local) = local::classify(sql) {
+            return Ok(Some(Statement::Local(local)));
         }
         let access = access(&self.app, client)?;
         let database = database(client);
-        let sql = search_path::expand(sql, &database);
+        let prepared = PgStatement::prepare(&search_path::expand(sql, &database));
         let described = self
             .app
             .query
-            .describe_as(&database, &sql, None, &access)
+            .describe_as(&database, &prepared.sql, None, &access)
             .await
             .map_err(engine_error)?;
         Ok(Some(Statement::Sql {
-            sql: sql.into_owned(),
-            schema: described.schema,
+            schema: prepared.rename(&described.schema).into_owned(),
+            prepared,
             params: described.params,
         }))
     }
@@ -181,22 +180,18 @@ impl QueryParser for Parser {
     }
 }
 
+/// A `SHOW` answer's one text column, named after the setting as in Postgres.
 fn local_fields(local: &Local, format: &Format) -> Vec<FieldInfo> {
-    local
-        .columns()
-        .unwrap_or_default()
-        .into_iter()
-        .enumerate()
-        .map(|(i, name)| {
-            FieldInfo::new(
-                name.to_string(),
-                None,
-                None,
-                Type::TEXT,
-                format.format_for(i),
-            )
-        })
-        .collect()
+    match local {
+        Local::Show(name, _) => vec![FieldInfo::new(
+            name.clone(),
+            None,
+            None,
+            Type::TEXT,
+            format.format_for(0),
+        )],
+        Local::Begin | Local::End(_) | Local::Command(_) => Vec::new(),
+    }
 }
 
 /// Both query protocols of one door.
@@ -219,7 +214,7 @@ impl Session {
         &self,
         database: &str,
         access: &QueryAccess,
-        sql: &str,
+        prepared: &PgStatement,
         params: Option<Vec<ScalarValue>>,
         format: &Format,
         cancel: &Cancel,
@@ -228,12 +223,13 @@ impl Session {
         let start = self
             .app
             .query
-            .execute_stream_as(database, sql, params, access);
+            .execute_stream_as(database, &prepared.sql, params, access);
         let stream = tokio::select! {
             stream = start => stream.map_err(engine_error)?,
             () = cancel.cancelled() => return Err(cancelled_error()),
         };
-        let fields = Arc::new(encode::fields(&stream.schema(), format));
+        let schema = stream.schema();
+        let fields = Arc::new(encode::fields(&prepared.rename(&schema), format));
         metrics::counter!("quiver_pg_queries_total").increment(1);
         Ok(Response::Query(QueryResponse::new(
             Arc::clone(&fields),
@@ -242,48 +238,21 @@ impl Session {
     }
 
     /// Answers a statement the door handles itself.
-    async fn local(
-        &self,
-        local: &Local,
-        database: &str,
-        access: &QueryAccess,
-        format: &Format,
-    ) -> PgWireResult<Response> {
-        match local {
-            Local::Begin => return Ok(Response::TransactionStart(Tag::new("BEGIN"))),
-            Local::End(tag) => return Ok(Response::TransactionEnd(Tag::new(tag))),
-            Local::Command(tag) => return Ok(Response::Execution(Tag::new(tag))),
-            _ => {}
-        }
-        let cx = Context {
-            engine: &self.app.query,
-            database,
-            access,
+    fn local(local: &Local, database: &str, format: &Format) -> Response {
+        let value = match local {
+            Local::Begin => return Response::TransactionStart(Tag::new("BEGIN")),
+            Local::End(tag) => return Response::TransactionEnd(Tag::new(tag)),
+            Local::Command(tag) => return Response::Execution(Tag::new(tag)),
+            Local::Show(..) => local.show_value(database).unwrap_or_default(),
         };
         let fields = Arc::new(local_fields(local, format));
-        let rows = local.rows(&cx).await.map_err(engine_error)?;
-        let count = fields.len() as i16;
-        let rows: Vec<PgWireResult<DataRow>> = rows
-            .into_iter()
-            .map(|row| {
-                let mut buf = BytesMut::new();
-                for value in row {
-                    match value {
-                        None => buf.put_i32(-1),
-                        Some(v) => {
-                            buf.put_i32(v.len() as i32);
-                            buf.put_slice(v.as_bytes());
-                        }
-                    }
-                }
-                Ok(DataRow::new(buf, count))
-            })
-            .collect();
-        let mut response = QueryResponse::new(fields, stream::iter(rows));
-        if let Local::Show(..) = local {
-            response.set_command_tag("SHOW");
-        }
-        Ok(Response::Query(response))
+        let mut buf = BytesMut::new();
+        buf.put_i32(value.len() as i32);
+        buf.put_slice(value.as_bytes());
+        let row: PgWireResult<DataRow> = Ok(DataRow::new(buf, 1));
+        let mut response = QueryResponse::new(fields, stream::iter(vec![row]));
+        response.set_command_tag("SHOW");
+        Response::Query(response)
     }
 }
 
@@ -333,14 +302,13 @@ impl SimpleQueryHandler for Session {
         let access = access(&self.app, client)?;
         let cancel = cancel(client)?;
         let format = Format::UnifiedText;
-        let response = match catalog::classify(sql) {
-            Ok(Some(local)) => self.local(&local, &database, &access, &format).await,
-            Ok(None) => {
-                let sql = search_path::expand(sql, &database);
-                self.run(&database, &access, &sql, None, &format, &cancel)
+        let response = match local::classify(sql) {
+            Some(local) => Ok(Self::local(&local, &database, &format)),
+            None => {
+                let prepared = PgStatement::prepare(&search_path::expand(sql, &database));
+                self.run(&database, &access, &prepared, None, &format, &cancel)
                     .await
             }
-            Err(message) => Err(user_error("0A000", message)),
         };
         Ok(vec![response.unwrap_or_else(|e| match e {
             PgWireError::UserError(info) => Response::Error(info),
@@ -379,11 +347,10 @@ impl ExtendedQueryHandler for Session {
         let cancel = cancel(client)?;
         match &portal.statement.statement {
             Statement::Local(local) => {
-                self.local(local, &database, &access, &portal.result_column_format)
-                    .await
+                Ok(Self::local(local, &database, &portal.result_column_format))
             }
             Statement::Sql {
-                sql,
+                prepared,
                 params: targets,
                 ..
             } => {
@@ -412,7 +379,7 @@ impl ExtendedQueryHandler for Session {
                 self.run(
                     &database,
                     &access,
-                    sql,
+                    prepared,
                     values,
                     &portal.result_column_format,
                     &cancel,

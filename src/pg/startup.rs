@@ -27,9 +27,9 @@ use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use quiver_query::QueryAccess;
 
 use super::cancel::Registry;
-use super::catalog::SERVER_VERSION;
 use crate::auth::{AuthError, Permission};
 use crate::http::AppState;
+use quiver_query::SERVER_VERSION;
 
 /// Checks who connects, then sends the session parameters.
 pub struct Startup {
@@ -152,7 +152,8 @@ impl Startup {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        client.session_extensions().insert(access);
+        // Postgres clients also find `pg_catalog`, over the databases the token reads.
+        client.session_extensions().insert(access.with_pg_catalog());
         let (pid, secret_key) = self.keys.generate(client);
         // A cancel request names this pair; the registration ends with the connection.
         let (cancel, registration) = self.cancels.register(pid, &secret_key);
