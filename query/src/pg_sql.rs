@@ -29,7 +29,7 @@ use datafusion_pg_catalog::sql::rules::SqlStatementRewriteRule;
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 
 use crate::pg_catalog::PG_CATALOG_SCHEMA;
-use crate::pg_sql_rules::AggregateScalarSubquery;
+use crate::pg_sql_rules::{regproc_literals_to_names, AggregateScalarSubquery};
 
 /// What Postgres names a result column without an alias that is not a column.
 pub const UNNAMED_COLUMN: &str = "?column?";
@@ -66,7 +66,8 @@ impl PgStatement {
             sql: sql.to_string(),
             names: Arc::from(Vec::new()),
         };
-        let Ok(mut statements) = PARSER.parse(sql) else {
+        let regproc_named = regproc_literals_to_names(sql);
+        let Ok(mut statements) = PARSER.parse(regproc_named.as_deref().unwrap_or(sql)) else {
             return as_sent();
         };
         let (Some(statement), true) = (statements.pop(), statements.is_empty()) else {

@@ -5,11 +5,17 @@
 //! row"). Postgres requires it to return at most one row anyway, and over at most one
 //! row `max(x)` is `x` (and `NULL` over none, as the subquery is), so the rule selects
 //! `max(x)` instead. Applied to catalog statements only, like the crate's rules.
+//!
+//! And one that must run before the crate's: `'pg_catalog.array_in'::regproc` is
+//! compared with a `regproc` column of `pg_type` (pgjdbc's `getTypeInfo`), which the
+//! crate's tables hold as function names (`boolin`), while its rewrite turns the literal
+//! into an OID: [`regproc_literals_to_names`] makes it the name instead.
 
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    visit_expressions_mut, Expr, GroupByExpr, SelectItem, SetExpr, Statement,
+    visit_expressions_mut, DataType as SqlType, Expr, GroupByExpr, SelectItem, SetExpr, Statement,
+    Value,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -38,6 +44,42 @@ impl SqlStatementRewriteRule for AggregateScalarSubquery {
         });
         statement
     }
+}
+
+/// `'schema.name'::regproc` becomes `'name'`, the form `pg_type`'s `regproc` columns
+/// hold; `sql` as it is when it has no such cast or does not parse here.
+pub(crate) fn regproc_literals_to_names(sql: &str) -> Option<String> {
+    if !sql.to_ascii_lowercase().contains("::regproc") {
+        return None;
+    }
+    let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, sql).ok()?;
+    let [statement] = statements.as_mut_slice() else {
+        return None;
+    };
+    let _ = visit_expressions_mut(statement, |expr| {
+        if let Expr::Cast {
+            expr: inner,
+            data_type: SqlType::Custom(type_name, _),
+            ..
+        } = expr
+        {
+            let is_regproc = type_name
+                .0
+                .last()
+                .and_then(|part| part.as_ident())
+                .is_some_and(|i| i.value.eq_ignore_ascii_case("regproc"));
+            if let (true, Expr::Value(literal)) = (is_regproc, inner.as_ref()) {
+                if let Value::SingleQuotedString(name) = &literal.value {
+                    let bare = name.rsplit('.').next().unwrap_or(name).to_string();
+                    let mut literal = literal.clone();
+                    literal.value = Value::SingleQuotedString(bare);
+                    *expr = Expr::Value(literal);
+                }
+            }
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    Some(statement.to_string())
 }
 
 /// `x` becomes `max(x)`, unless `x` is already a function call (an aggregate,
