@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Client-compatibility tests: real Python client libraries (InfluxDB 1.x/2.x, Arc SDK,
-# QuestDB ILP/HTTP, psycopg and asyncpg, ADBC Flight SQL, influxdb3-python), an S3 API
-# server (moto, for Parquet files in a bucket), a real Prometheus server (remote write) and
-# Debian's psql against a real `quiver` node. Needs the debug binary built by
+# QuestDB ILP/HTTP, psycopg and asyncpg, SQLAlchemy and pandas, ADBC Flight SQL,
+# influxdb3-python), an S3 API server (moto, for Parquet files in a bucket), a real
+# Prometheus server (remote write), Debian's psql and pgjdbc (with the JDK) against a
+# real `quiver` node. Needs the debug binary built by
 # `cargo build`/`cargo test` (or QUIVER_BIN pointing at one) and python3 with venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,11 +15,18 @@ if [ ! -x "$bin" ]; then
 fi
 export QUIVER_BIN="$bin"
 # Real programs the tests drive (Debian packages): Prometheus remote-writes to Quiver;
-# psql (postgresql-client) talks to its Postgres door.
+# psql (postgresql-client) and pgjdbc (libpostgresql-jdbc-java, run by a JDK) talk to
+# its Postgres door.
 missing=()
 command -v prometheus >/dev/null || missing+=(prometheus)
 command -v psql >/dev/null || missing+=(postgresql-client)
+{ command -v java >/dev/null && command -v javac >/dev/null; } || missing+=(default-jdk-headless)
+[ -f "${PGJDBC_JAR:-/usr/share/java/postgresql.jar}" ] || missing+=(libpostgresql-jdbc-java)
 if [ "${#missing[@]}" -gt 0 ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "compat: missing Debian packages: ${missing[*]} (run as root to install them)" >&2
+        exit 2
+    fi
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

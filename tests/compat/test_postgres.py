@@ -384,3 +384,37 @@ def test_asyncpg_binary_protocol_with_described_parameters(node, pg_db):
             await conn.close()
 
     asyncio.run(run())
+
+
+def test_grafana_macro_sql_replayed(node, pg_db):
+    """Grafana's Postgres data source expands its macros into SQL before sending it
+    (`macros.go`): `$__timeFilter(time)`, `$__timeGroupAlias(time,'1s')`, `$__time`,
+    `$__timeEpoch`, `$__unixEpochFilter`. The expanded forms, replayed as Grafana
+    sends them, over the extended protocol as its Go driver does."""
+    time_filter = "time BETWEEN '2023-11-14T22:13:20Z' AND '2023-11-14T22:13:23Z'"
+    time_group = 'floor(extract(epoch from time)/1)*1 AS "time"'
+    with psycopg.connect(conninfo(node, pg_db), autocommit=True) as conn:
+        rows = conn.execute(
+            f"SELECT {time_group}, avg(usage) AS usage FROM cpu "
+            f"WHERE {time_filter} GROUP BY 1 ORDER BY 1"
+        ).fetchall()
+        assert rows == [(1700000000.0, 0.25), (1700000001.0, 0.75), (1700000002.0, 1.5)], rows
+
+        series = conn.execute(
+            'SELECT time AS "time", host AS metric, usage FROM cpu '
+            f"WHERE {time_filter} AND host = 'a' ORDER BY 1"
+        ).fetchall()
+        assert series == [(T0, "a", 0.25), (T0 + dt.timedelta(seconds=1), "a", 0.75)], series
+
+        epochs = conn.execute(
+            'SELECT extract(epoch from time) as "time", count FROM cpu '
+            f"WHERE {time_filter} ORDER BY 1"
+        ).fetchall()
+        assert [int(r[0]) for r in epochs] == [1700000000, 1700000001, 1700000002], epochs
+
+        # $__unixEpochFilter over an integer epoch column, and $__timeFrom() as a value.
+        unix = conn.execute(
+            "SELECT count(*) FROM cpu WHERE count >= 1 AND count <= 2 "
+            "AND time >= '2023-11-14T22:13:20Z'"
+        ).fetchone()
+        assert unix == (2,), unix

@@ -1,0 +1,91 @@
+"""pgjdbc (Debian's `libpostgresql-jdbc-java`, run with the JDK) against the Postgres
+door: `DatabaseMetaData` as database browsers and BI tools call it (DBeaver,
+DataGrip, Metabase, Tableau), then an aggregation. The program is
+`tests/compat/jdbc/MetaData.java`, compiled here; `scripts/compat.sh` installs the
+JDK and the driver when they are missing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import TOKEN
+
+JAR = Path(os.environ.get("PGJDBC_JAR", "/usr/share/java/postgresql.jar"))
+SOURCE = Path(__file__).parent / "jdbc" / "MetaData.java"
+T0_NS = 1_700_000_000_000_000_000
+
+LINES = [
+    f"cpu,host=a usage=0.25,count=1i {T0_NS}",
+    f"cpu,host=a usage=0.75,count=2i {T0_NS + 1_000_000_000}",
+    f"cpu,host=b usage=1.5,count=3i {T0_NS + 2_000_000_000}",
+    f"mem,host=a used=10i {T0_NS}",
+]
+
+
+@pytest.fixture(scope="module")
+def metadata_class(tmp_path_factory) -> Path:
+    for tool in ("java", "javac"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"{tool} is not installed (scripts/compat.sh installs a JDK)")
+    if not JAR.exists():
+        pytest.fail(f"{JAR} is missing (scripts/compat.sh installs libpostgresql-jdbc-java)")
+    out = tmp_path_factory.mktemp("jdbc")
+    subprocess.run(
+        ["javac", "-cp", str(JAR), "-d", str(out), str(SOURCE)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    return out
+
+
+def run_metadata(node, classes: Path, db: str, table: str) -> dict[str, list[list[str]]]:
+    url = f"jdbc:postgresql://{node.host}:{node.pg_port}/{db}?sslmode=disable"
+    proc = subprocess.run(
+        ["java", "-cp", f"{JAR}:{classes}", "MetaData", url, "quiver", TOKEN, table],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}\n{node.log_tail()}"
+    out: dict[str, list[list[str]]] = {}
+    for line in proc.stdout.splitlines():
+        kind, *values = line.split("\t")
+        out.setdefault(kind, []).append(values)
+    return out
+
+
+def test_pgjdbc_database_metadata_and_an_aggregation(node, db, metadata_class):
+    node.write_lines(db, LINES)
+    node.write_lines(f"{db}_other", [f"disk,host=a used=1i {T0_NS}"])
+    out = run_metadata(node, metadata_class, db, "cpu")
+
+    assert out["product"] == [["PostgreSQL", "16.6"]]
+    assert [db] in out["catalog"], out["catalog"]
+    schemas = [s[0] for s in out["schema"]]
+    assert db in schemas and "pg_catalog" in schemas, schemas
+    assert f"{db}_other" not in schemas, schemas
+    assert out["table"] == [[db, "cpu", "TABLE"], [db, "mem", "TABLE"]], out["table"]
+
+    columns = {c[1]: c for c in out["column"]}
+    assert set(columns) == {"time", "host", "usage", "count"}, out["column"]
+    # java.sql.Types: DOUBLE 8, BIGINT -5, VARCHAR 12, TIMESTAMP 93.
+    assert columns["usage"][2:4] == ["float8", "8"], columns
+    assert columns["count"][2:4] == ["int8", "-5"], columns
+    assert columns["host"][2:4] == ["text", "12"], columns
+    assert columns["time"][2] in ("timestamp", "timestamptz"), columns
+    assert columns["time"][3] in ("93", "2014"), columns
+    assert sorted(int(c[4]) for c in out["column"]) == [1, 2, 3, 4]
+
+    types = {t[0]: int(t[1]) for t in out["type"]}
+    assert types.get("int8") == -5 and types.get("float8") == 8, out["type"][:20]
+    assert types.get("text") == 12 and types.get("bool") in (-7, 16), out["type"][:20]
+
+    assert out["result_columns"] == [["host", "count", "avg"]]
+    assert out["row"] == [["a", "2", "0.5"], ["b", "1", "1.5"]]
