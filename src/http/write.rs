@@ -245,9 +245,38 @@ pub fn database_of(
     Ok(db)
 }
 
-/// Proposes a decoded write and waits for it to be committed and applied.
+/// Proposes a decoded write and waits for it to be committed and applied: as one
+/// entry of its group, or, when its measurements live in several data groups, as one
+/// entry per group, proposed in parallel (see [`combine_parts`]).
 async fn propose(app: &AppState, command: WriteCommand) -> Result<(), ApiError> {
-    match app.node.write(command).await {
+    if !app.groups.is_sharded() {
+        return written(app.node.write(command).await);
+    }
+    let WriteCommand {
+        database,
+        tables,
+        new_database_retention_ns,
+        ..
+    } = command;
+    let parts = app.groups.partition(&database, tables, |t| &t.measurement);
+    let proposals = parts.into_iter().map(|(group, tables)| {
+        let names: Vec<String> = tables.iter().map(|t| t.measurement.clone()).collect();
+        let part = WriteCommand {
+            database: database.clone(),
+            tables,
+            new_database_retention_ns,
+            proposal: 0,
+        };
+        let node = group.node.clone();
+        let id = group.id;
+        async move { (id, names, written(node.write(part).await)) }
+    });
+    combine_parts(futures::future::join_all(proposals).await)
+}
+
+/// One proposal's answer as the client would get it.
+fn written(result: Result<CommandResult, WriteError>) -> Result<(), ApiError> {
+    match result {
         Ok(CommandResult::Written { .. }) => Ok(()),
         Ok(CommandResult::Rejected { message }) => Err(ApiError::bad_request(message)),
         Ok(other) => Err(ApiError::internal(format!(
@@ -255,6 +284,46 @@ async fn propose(app: &AppState, command: WriteCommand) -> Result<(), ApiError> 
         ))),
         Err(e) => Err(write_error(e)),
     }
+}
+
+/// The answer to a write proposed in parts, one per data group: 204 only when every
+/// part is durable; when none is, the first part's refusal (each says whether
+/// nothing was written); when some are and others are not, 504 naming which
+/// measurements were written and which were not, since a retry of the whole request
+/// would write the written parts again.
+fn combine_parts(parts: Vec<(u32, Vec<String>, Result<(), ApiError>)>) -> Result<(), ApiError> {
+    let failed = parts.iter().filter(|(_, _, r)| r.is_err()).count();
+    if failed == 0 {
+        return Ok(());
+    }
+    if failed == parts.len() {
+        let mut errors = parts.into_iter().filter_map(|(_, _, r)| r.err());
+        return Err(errors
+            .next()
+            .unwrap_or_else(|| ApiError::internal("no part answered")));
+    }
+    let mut done = Vec::new();
+    let mut not_done = Vec::new();
+    for (group, names, result) in parts {
+        match result {
+            Ok(()) => done.push(format!("{} (group {group})", names.join(", "))),
+            Err(e) => not_done.push(format!(
+                "{} (group {group}: {})",
+                names.join(", "),
+                e.message
+            )),
+        }
+    }
+    metrics::counter!("quiver_writes_partly_committed_total").increment(1);
+    Err(ApiError::with_status(
+        StatusCode::GATEWAY_TIMEOUT,
+        format!(
+            "part of this write was committed and part was not: written: {}; not written: {}. \
+             Resend only the rows of the measurements not written",
+            done.join("; "),
+            not_done.join("; ")
+        ),
+    ))
 }
 
 /// The answer for a proposal that did not commit: 503 when nothing was appended, 504

@@ -7,6 +7,9 @@ use super::*;
 pub struct RaftConfig {
     /// This node's id.
     pub node_id: NodeId,
+    /// The group this Raft instance belongs to (its routes, its log and data
+    /// directories are the caller's choice).
+    pub group: crate::GroupId,
     /// Address other nodes and clients reach this node at.
     pub advertise_addr: String,
     /// Directory for snapshots (the data directory).
@@ -48,6 +51,7 @@ impl Default for RaftConfig {
     fn default() -> Self {
         RaftConfig {
             node_id: 1,
+            group: crate::FIRST_GROUP,
             advertise_addr: "127.0.0.1:8000".into(),
             data_dir: PathBuf::from("quiver-data"),
             wal: WalConfig::default(),

@@ -212,6 +212,11 @@ impl RaftNode {
         self.config.node_id
     }
 
+    /// The group this instance belongs to.
+    pub fn group(&self) -> crate::GroupId {
+        self.config.group
+    }
+
     /// Whether this node currently leads.
     pub fn is_leader(&self) -> bool {
         self.raft.metrics().borrow().state == ServerState::Leader

@@ -223,7 +223,8 @@ impl RaftNode {
         let peers = match seams.transport {
             Some(transport) => PeerClient::over(transport, &config.secret),
             None => PeerClient::new(&config.secret, &config.peer_tls)?,
-        };
+        }
+        .for_group(config.group);
         let sm = StateMachine::open_recovered(
             storage.clone(),
             &config.data_dir,
@@ -235,7 +236,10 @@ impl RaftNode {
         let state_machine = sm.clone();
         let takers = Takers::default();
         let raft_config = openraft::Config {
-            cluster_name: "quiver".into(),
+            cluster_name: match config.group {
+                crate::FIRST_GROUP => "quiver".to_string(),
+                group => format!("quiver-group-{group}"),
+            },
             heartbeat_interval: config.heartbeat_interval_ms,
             election_timeout_min: config.election_timeout_ms_min,
             election_timeout_max: config.election_timeout_ms_max,
