@@ -200,7 +200,7 @@ pub async fn measurements(
         .check_request(&headers, &params, Permission::Read)?;
     let database = database_param(&params);
     let list: Vec<Value> = app
-        .storage
+        .groups
         .summaries(database)
         .into_iter()
         .filter(|s| grant.database(&s.key.database).is_ok())

@@ -230,3 +230,62 @@ fn count_files(dir: &std::path::Path) -> usize {
         })
         .sum()
 }
+
+/// Posts `body` with an `Idempotency-Key`.
+async fn write_keyed(node: &Node, key: Option<&str>, body: &str) -> u16 {
+    let headers: Vec<(&str, &str)> = key.map(|k| ("Idempotency-Key", k)).into_iter().collect();
+    let (status, text, _) = node
+        .post("/write?db=db", &headers, body.as_bytes().to_vec())
+        .await;
+    assert!(status == 204 || status == 400, "{status}: {text}");
+    status
+}
+
+async fn total_rows(node: &Node) -> i64 {
+    counts(node).await.values().sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_resent_with_its_idempotency_key_is_stored_once_even_across_a_restart() {
+    for data_groups in [1, 3] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spec = NodeSpec::new(dir.path())
+            .with("QUIVER_CLUSTER_DATA_GROUPS", data_groups)
+            .with("QUIVER_STORAGE_FLUSH_AGE_MS", 200)
+            .with("QUIVER_RAFT_SNAPSHOT_INTERVAL_MS_MIN", 200);
+        let mut node = Node::start(spec).await;
+        let per_body = (MEASUREMENTS * ROWS_PER_LINE_GROUP) as i64;
+        assert_eq!(write_keyed(&node, Some("batch-1"), &body(1)).await, 204);
+        assert_eq!(write_keyed(&node, Some("batch-1"), &body(1)).await, 204);
+        assert_eq!(
+            total_rows(&node).await,
+            per_body,
+            "groups {data_groups}: resent once"
+        );
+        // Another key, or none, is another write.
+        assert_eq!(write_keyed(&node, Some("batch-2"), &body(1)).await, 204);
+        assert_eq!(write_keyed(&node, None, &body(1)).await, 204);
+        assert_eq!(total_rows(&node).await, 3 * per_body);
+        // A key too long is refused, naming the header, and nothing is written.
+        let long = "k".repeat(300);
+        assert_eq!(write_keyed(&node, Some(&long), &body(1)).await, 400);
+        assert_eq!(total_rows(&node).await, 3 * per_body);
+
+        // The ids survive a snapshot and kill -9: the retry after a restart is still
+        // stored once.
+        if data_groups == 1 {
+            node.wait_for_snapshot_of_everything().await;
+        }
+        node.kill();
+        node.respawn();
+        node.wait_ready().await;
+        assert_eq!(write_keyed(&node, Some("batch-1"), &body(1)).await, 204);
+        assert_eq!(write_keyed(&node, Some("batch-2"), &body(1)).await, 204);
+        assert_eq!(
+            total_rows(&node).await,
+            3 * per_body,
+            "groups {data_groups}: retries after the restart"
+        );
+        assert!(node.metric("quiver_writes_deduplicated_total").await >= 2.0);
+    }
+}
