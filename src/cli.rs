@@ -151,6 +151,14 @@ pub enum TokenCommand {
 pub enum ClusterCommand {
     /// Role, term, leader, log positions and per-follower lag, as JSON.
     Status(ClusterTarget),
+    /// The Raft groups: members, leader, rows and bytes of each.
+    Groups {
+        #[command(flatten)]
+        target: ClusterTarget,
+        /// Print the list as JSON: `[{"id", "members", "leader", "bytes", ...}]`.
+        #[arg(long)]
+        json: bool,
+    },
     /// Add a node as a learner; returns once it has caught up.
     AddLearner {
         #[command(flatten)]

@@ -10,6 +10,7 @@ use crate::cli::ClusterCommand;
 pub async fn run(command: ClusterCommand) -> Result<()> {
     let (target, path, body) = match command {
         ClusterCommand::Status(target) => (target, "status", None),
+        ClusterCommand::Groups { target, json } => return groups(&target, json).await,
         ClusterCommand::AddLearner {
             target,
             node_id,
@@ -32,5 +33,39 @@ pub async fn run(command: ClusterCommand) -> Result<()> {
     };
     let answer = admin_client::call(&target, &format!("/api/v1/cluster/{path}"), call).await?;
     println!("{}", serde_json::to_string_pretty(&answer)?);
+    Ok(())
+}
+
+/// `quiver cluster groups`: one line per group, or the JSON list.
+async fn groups(target: &crate::cli::ClusterTarget, as_json: bool) -> Result<()> {
+    let answer = admin_client::call(target, "/api/v1/cluster/groups", Call::Get).await?;
+    let groups = answer
+        .get("groups")
+        .and_then(|g| g.as_array())
+        .cloned()
+        .unwrap_or_default();
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&groups)?);
+        return Ok(());
+    }
+    println!(
+        "{:>5}  {:<8}  {:<16}  {:>6}  {:>12}  {:>14}",
+        "group", "role", "members", "leader", "rows", "bytes"
+    );
+    for g in &groups {
+        let members: Vec<String> = g["members"]
+            .as_array()
+            .map(|m| m.iter().map(|v| v.to_string()).collect())
+            .unwrap_or_default();
+        println!(
+            "{:>5}  {:<8}  {:<16}  {:>6}  {:>12}  {:>14}",
+            g["id"],
+            g["role"].as_str().unwrap_or("?"),
+            members.join(","),
+            g["leader"],
+            g["rows"],
+            g["bytes"]
+        );
+    }
     Ok(())
 }

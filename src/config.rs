@@ -320,6 +320,11 @@ pub struct ClusterSection {
     /// CA certificates (PEM) that peers' certificates must chain to; needed when peers
     /// are reached over HTTPS.
     pub tls_ca: Option<PathBuf>,
+    /// Raft groups holding rows, each measurement in one of them (1: the first group
+    /// holds everything, as a single-group cluster does). Fixed once a node holds rows.
+    pub data_groups: usize,
+    /// Voters per data group, at most the node count.
+    pub replication: usize,
 }
 
 impl Default for ClusterSection {
@@ -330,6 +335,8 @@ impl Default for ClusterSection {
             secret: String::new(),
             advertise_addr: None,
             tls_ca: None,
+            data_groups: 1,
+            replication: 3,
         }
     }
 }

@@ -11,6 +11,7 @@ mod continuous;
 mod dir_lock;
 mod flight;
 mod gate;
+mod groups;
 mod http;
 mod node;
 mod pg;

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use quiver_query::{QueryConfig, QueryEngine};
-use quiver_raft::{PeerTls, RaftConfig, RaftNode, ReplicationLimits};
+use quiver_raft::{GroupId, PeerTls, RaftConfig, RaftNode, ReplicationLimits, FIRST_GROUP};
 use quiver_storage::compaction::CompactionSettings;
 use quiver_storage::{ParquetSettings, Storage, StorageConfig};
 use quiver_wal::WalConfig;
@@ -15,8 +15,10 @@ use tokio::sync::Semaphore;
 use crate::auth::Auth;
 use crate::config::Config;
 use crate::gate::{resolve_peers, ConnectionGate, GateLimits};
+use crate::groups::{group_dirs, Group, Groups, GroupsSource};
 use crate::http::server::{raise_open_files_limit, ServerLimits};
 use crate::http::{router, AppInner, AppState, VolumeWatch, WriteBudget};
+use quiver_storage::TableSource;
 
 /// Runs a node until it is told to stop.
 pub async fn serve(config: Config) -> Result<()> {
@@ -44,76 +46,46 @@ pub async fn serve(config: Config) -> Result<()> {
         tracing::warn!("wal.sync = none: the log is never fsynced; acknowledged writes can be lost on an OS crash or power loss. For benchmarks only.");
     }
     let data_dir = config.storage.dir.clone();
-    let storage_config = storage_config(&config);
     // Held until this function returns, which is when the process stops serving.
     let _dir_locks = crate::dir_lock::lock_dirs(&data_dir, &config.wal_dir())?;
-    // The newest snapshot says which Parquet files are live; read it before storage.
-    let recovered = quiver_raft::Recovered::load(&data_dir, &config.wal_dir())
-        .context("reading the newest snapshot")?;
-    let storage = Arc::new(
-        open_storage(
-            storage_config,
-            recovered.file_set(config.peers()?.len() > 1),
-        )
-        .await?,
-    );
-    let report = storage.open_report();
-    if let Some(reason) = &report.catalog.rebuilt_because {
-        tracing::warn!(%reason, files = report.catalog.files, "catalog was rebuilt from the Parquet files");
-    }
     let peers = config.peers()?;
-    let own_peer_addr = peers
-        .iter()
-        .find(|(id, _)| *id == config.cluster.node_id)
-        .map(|(_, addr)| addr.clone());
-    let raft_config = RaftConfig {
-        node_id: config.cluster.node_id,
-        advertise_addr: config
-            .cluster
-            .advertise_addr
-            .clone()
-            .or(own_peer_addr)
-            .unwrap_or_else(|| config.http.addr.clone()),
-        peers,
-        secret: config.cluster.secret.clone(),
-        peer_tls,
-        leader_wait_ms: config.raft.leader_wait_ms,
-        data_dir: data_dir.clone(),
-        wal: WalConfig {
-            dir: config.wal_dir(),
-            sync,
-            sync_interval_ms: config.wal.sync_interval_ms,
-            segment_bytes_max: config.wal.segment_bytes_max,
-            ..WalConfig::default()
-        },
-        write_timeout_ms: config.http.write_timeout_ms,
-        replication: ReplicationLimits {
-            bytes_max: config.raft.replication_bytes_max,
-            timeout_ms: config.raft.replication_timeout_ms,
-        },
-        data_free_bytes_min: config.storage.free_bytes_min,
-        heartbeat_interval_ms: config.raft.heartbeat_interval_ms,
-        election_timeout_ms_min: config.raft.election_timeout_ms_min,
-        election_timeout_ms_max: config.raft.election_timeout_ms_max,
-        snapshot_interval_ms_min: config.raft.snapshot_interval_ms_min,
-        flush_check_interval_ms: config.raft.flush_check_interval_ms,
-        compaction_check_interval_ms: config.compaction.check_interval_ms,
+    let data_groups = data_groups_of(&config, peers.len())?;
+    let group_start = GroupStart {
+        config: &config,
+        peers: &peers,
+        peer_tls: &peer_tls,
+        sync,
+        data_groups,
     };
-    let node = RaftNode::start_recovered(raft_config, storage.clone(), recovered)
+    let mut background = Vec::new();
+    let first = group_start
+        .start(FIRST_GROUP, &mut background)
         .await
-        .context("starting raft")?;
-    // A start reads the newest snapshot's manifest, lists the files on disk and
-    // reconciles the catalog: with a million files, several short-lived copies of a
-    // million file descriptions (3.7 KB per file resident, about half of it freed).
-    quiver_storage::heap::release_freed_memory();
-    let mut background = node.spawn_background();
-    background.push(tokio::spawn({
-        let storage = storage.clone();
-        async move { storage.keep_bucket_claim().await }
-    }));
-    background.push(tokio::spawn(quiver_storage::heap::release_after_frees(
-        storage.memory_freed_signal(),
-    )));
+        .context("starting the first group")?;
+    crate::groups::check_layout(
+        &data_dir,
+        data_groups,
+        !first.storage.databases().is_empty(),
+    )?;
+    let mut data = Vec::new();
+    if data_groups > 1 {
+        for id in 1..=data_groups {
+            let group = u32::try_from(id).context("cluster.data_groups")?;
+            data.push(
+                group_start
+                    .start(group, &mut background)
+                    .await
+                    .with_context(|| format!("starting data group {group}"))?,
+            );
+        }
+        tracing::info!(
+            data_groups,
+            "rows are spread over the data groups by measurement"
+        );
+    }
+    let groups = Groups::new(first, data);
+    let node = groups.first().node.clone();
+    let storage = groups.first().storage.clone();
     let auth = if config.auth.enabled {
         Auth::open(&data_dir, std::env::var("QUIVER_BOOTSTRAP_TOKEN").ok())?
             .with_replicated(storage.clone())
@@ -131,8 +103,13 @@ pub async fn serve(config: Config) -> Result<()> {
             value
         }
     };
+    let source: Arc<dyn quiver_storage::TableSource> = if groups.is_sharded() {
+        Arc::new(GroupsSource::new(groups.clone()))
+    } else {
+        storage.clone()
+    };
     let query = QueryEngine::new(
-        storage.clone(),
+        source,
         QueryConfig {
             target_partitions: or_cores(config.query.target_partitions, 1),
             timeout_ms: config.query.timeout_ms,
@@ -162,6 +139,7 @@ pub async fn serve(config: Config) -> Result<()> {
     let state = AppState::new(AppInner {
         node: node.clone(),
         storage: storage.clone(),
+        groups: groups.clone(),
         query,
         auth,
         write_permits: Arc::new(Semaphore::new(config.http.writes_in_flight_max)),
@@ -250,7 +228,7 @@ pub async fn serve(config: Config) -> Result<()> {
         None => None,
     };
     let fatal = Arc::new(tokio::sync::Notify::new());
-    let watchdog = tokio::spawn(watch_for_fatal(node.clone(), fatal.clone()));
+    let watchdog = tokio::spawn(watch_for_fatal(groups.clone(), fatal.clone()));
     let stop = async {
         tokio::select! {
             () = shutdown_signal() => {}
@@ -272,13 +250,136 @@ pub async fn serve(config: Config) -> Result<()> {
     for task in background {
         task.abort();
     }
-    if let Some(reason) = node.fatal() {
+    if let Some(reason) = groups.fatal() {
         // Nothing in this process can bring Raft back; a supervisor restart can.
         anyhow::bail!("raft stopped: {reason}; exiting so that the supervisor restarts the node");
     }
     tracing::info!("stopping: in-flight requests finished");
-    node.shutdown().await;
+    for group in groups.all() {
+        group.node.shutdown().await;
+    }
     Ok(())
+}
+
+/// Most data groups a cluster may have: each is a Raft instance with its own log on
+/// every member, and a few per node is the aim.
+const DATA_GROUPS_MAX: usize = 256;
+
+/// `cluster.data_groups`, checked against what this stage of groups can run: every
+/// node is a member of every group, so the replication must be the node count.
+fn data_groups_of(config: &Config, nodes: usize) -> Result<usize> {
+    let groups = config.cluster.data_groups;
+    if !(1..=DATA_GROUPS_MAX).contains(&groups) {
+        anyhow::bail!("cluster.data_groups = {groups}: must be between 1 and {DATA_GROUPS_MAX}");
+    }
+    let nodes = nodes.max(1);
+    let replication = config.cluster.replication.min(nodes);
+    if groups > 1 && replication < nodes {
+        anyhow::bail!(
+            "cluster.replication = {} with {nodes} nodes and cluster.data_groups = {groups}: \
+             every node is a member of every data group for now (placing groups on some \
+             nodes is not built yet); set cluster.replication = {nodes}",
+            config.cluster.replication
+        );
+    }
+    Ok(groups)
+}
+
+/// What starting one group needs from the node's settings.
+struct GroupStart<'a> {
+    config: &'a Config,
+    peers: &'a [(u64, String)],
+    peer_tls: &'a PeerTls,
+    sync: quiver_wal::SyncMode,
+    data_groups: usize,
+}
+
+impl GroupStart<'_> {
+    /// Opens the group's storage and log in its directories, starts its Raft instance
+    /// and background duties (pushed onto `background`).
+    async fn start(
+        &self,
+        id: GroupId,
+        background: &mut Vec<tokio::task::JoinHandle<()>>,
+    ) -> Result<Group> {
+        let config = self.config;
+        let dirs = group_dirs(&config.storage.dir, &config.wal_dir(), id);
+        let clustered = self.peers.len() > 1;
+        // The newest snapshot says which Parquet files are live; read it before storage.
+        let recovered = quiver_raft::Recovered::load(&dirs.data, &dirs.wal)
+            .context("reading the newest snapshot")?;
+        let mut storage_config = storage_config(config);
+        storage_config.dir = dirs.data.clone();
+        if id != FIRST_GROUP {
+            // The data groups share the node's buffer memory.
+            storage_config.memory_bytes_max /= self.data_groups.max(1);
+            if let Some(bucket) = &mut storage_config.object_store {
+                bucket.url = format!("{}/g{id}", bucket.url.trim_end_matches('/'));
+            }
+        }
+        let storage = Arc::new(open_storage(storage_config, recovered.file_set(clustered)).await?);
+        let report = storage.open_report();
+        if let Some(reason) = &report.catalog.rebuilt_because {
+            tracing::warn!(group = id, %reason, files = report.catalog.files, "catalog was rebuilt from the Parquet files");
+        }
+        let own_peer_addr = self
+            .peers
+            .iter()
+            .find(|(node, _)| *node == config.cluster.node_id)
+            .map(|(_, addr)| addr.clone());
+        let raft_config = RaftConfig {
+            node_id: config.cluster.node_id,
+            group: id,
+            advertise_addr: config
+                .cluster
+                .advertise_addr
+                .clone()
+                .or(own_peer_addr)
+                .unwrap_or_else(|| config.http.addr.clone()),
+            peers: self.peers.to_vec(),
+            secret: config.cluster.secret.clone(),
+            peer_tls: self.peer_tls.clone(),
+            leader_wait_ms: config.raft.leader_wait_ms,
+            data_dir: dirs.data.clone(),
+            wal: WalConfig {
+                dir: dirs.wal.clone(),
+                sync: self.sync,
+                sync_interval_ms: config.wal.sync_interval_ms,
+                segment_bytes_max: config.wal.segment_bytes_max,
+                ..WalConfig::default()
+            },
+            write_timeout_ms: config.http.write_timeout_ms,
+            replication: ReplicationLimits {
+                bytes_max: config.raft.replication_bytes_max,
+                timeout_ms: config.raft.replication_timeout_ms,
+            },
+            data_free_bytes_min: config.storage.free_bytes_min,
+            heartbeat_interval_ms: config.raft.heartbeat_interval_ms,
+            election_timeout_ms_min: config.raft.election_timeout_ms_min,
+            election_timeout_ms_max: config.raft.election_timeout_ms_max,
+            snapshot_interval_ms_min: config.raft.snapshot_interval_ms_min,
+            flush_check_interval_ms: config.raft.flush_check_interval_ms,
+            compaction_check_interval_ms: config.compaction.check_interval_ms,
+        };
+        let node = RaftNode::start_recovered(raft_config, storage.clone(), recovered)
+            .await
+            .context("starting raft")?;
+        // A start reads the newest snapshot's manifest, lists the files on disk and
+        // reconciles the catalog: with a million files, several short-lived copies of a
+        // million file descriptions (3.7 KB per file resident, about half of it freed).
+        quiver_storage::heap::release_freed_memory();
+        let span = tracing::info_span!("group", id);
+        let _entered = span.enter();
+        background.extend(node.spawn_background());
+        background.push(tokio::spawn({
+            let storage = storage.clone();
+            async move { storage.keep_bucket_claim().await }
+        }));
+        background.push(tokio::spawn(quiver_storage::heap::release_after_frees(
+            storage.memory_freed_signal(),
+        )));
+        Ok(Group { id, node, storage })
+    }
 }
 
 /// The storage settings of `config` (also what `quiver restore` opens).
@@ -332,11 +433,11 @@ const FILES_RESERVED: usize = 1_024;
 
 /// Waits until Raft stops for good (a log or state machine failure), says so, marks
 /// the node failed in `/metrics`, and wakes the server so the process exits non-zero.
-async fn watch_for_fatal(node: RaftNode, fatal: Arc<tokio::sync::Notify>) {
+async fn watch_for_fatal(groups: Groups, fatal: Arc<tokio::sync::Notify>) {
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(FATAL_POLL_MS));
     loop {
         tick.tick().await;
-        if let Some(reason) = node.fatal() {
+        if let Some(reason) = groups.fatal() {
             tracing::error!(%reason, "raft stopped: the node cannot write; stopping so that it is restarted");
             metrics::gauge!("quiver_node_failed").set(1.0);
             fatal.notify_one();

@@ -42,7 +42,7 @@ pub fn refresh_gauges(app: &AppState) {
     metrics::gauge!("quiver_parquet_rows").set(s.file_rows as f64);
     // One series per table: operators size and alert per measurement (file count
     // creeping up means compaction is behind). Bounded by the number of tables.
-    for t in app.storage.summaries(None) {
+    for t in app.groups.summaries(None) {
         let labels = [
             ("database", t.key.database.clone()),
             ("measurement", t.key.measurement.clone()),
@@ -63,12 +63,16 @@ pub fn refresh_gauges(app: &AppState) {
     metrics::gauge!("quiver_write_bytes_in_flight").set(app.write_budget.bytes_in_use() as f64);
     metrics::gauge!("quiver_wal_volume_free_bytes").set(app.wal_volume.free_bytes() as f64);
     metrics::gauge!("quiver_data_volume_free_bytes").set(app.data_volume.free_bytes() as f64);
-    metrics::gauge!("quiver_node_ready").set(if app.node.unready_reason().is_none() {
+    metrics::gauge!("quiver_node_ready").set(if app.groups.unready_reason().is_none() {
         1.0
     } else {
         0.0
     });
-    metrics::gauge!("quiver_node_failed").set(if app.node.fatal().is_some() { 1.0 } else { 0.0 });
+    metrics::gauge!("quiver_node_failed").set(if app.groups.fatal().is_some() {
+        1.0
+    } else {
+        0.0
+    });
     let m = app.node.raft.metrics().borrow().clone();
     metrics::gauge!("quiver_raft_term").set(m.current_term as f64);
     metrics::gauge!("quiver_raft_last_log_index").set(m.last_log_index.unwrap_or(0) as f64);

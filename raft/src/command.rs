@@ -40,6 +40,11 @@ pub struct WriteCommand {
     /// and later removed (outcome unknown, 504) or never appended (nothing written).
     #[serde(default)]
     pub proposal: u64,
+    /// The client's id for this write (`Idempotency-Key`), when it sent one: a group
+    /// that applied a write with the same id lately skips this one (the retry of a
+    /// write whose answer was lost is stored once).
+    #[serde(default)]
+    pub write_id: Option<String>,
 }
 
 impl WriteCommand {
@@ -65,6 +70,7 @@ impl WriteCommand {
             tables,
             new_database_retention_ns: None,
             proposal: 0,
+            write_id: None,
         })
     }
 

@@ -88,7 +88,8 @@ async fn fetch_over_transport(
     let Some(transport) = client.transport() else {
         return Err(protocol("no transport".into()));
     };
-    let bytes = transport.send(addr, path, None, FILE_TIMEOUT).await?;
+    let path = crate::group::group_path(client.group(), path);
+    let bytes = transport.send(addr, &path, None, FILE_TIMEOUT).await?;
     if bytes.len() as u64 > meta.size_bytes {
         return Err(protocol(format!(
             "{} is larger than the {} bytes announced",

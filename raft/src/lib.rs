@@ -15,6 +15,7 @@ mod durable_file;
 mod error;
 mod file_transfer;
 mod forward;
+mod group;
 mod joint_membership;
 mod log_store;
 mod network;
@@ -34,6 +35,7 @@ pub use command::{
 pub use error::{Error, WriteError};
 pub use file_transfer::{is_servable_path, FILES_PATH};
 pub use forward::{LeaderAnswer, LeaderRequest, FORWARD_PATH};
+pub use group::{group_path, GroupId, FIRST_GROUP, GROUP_PATH_PREFIX};
 pub use log_store::LogStore;
 pub use network::{
     paths as raft_paths, HttpNetworkFactory, HttpPeer, ReplicationLimits, Takers,

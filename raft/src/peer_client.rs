@@ -16,6 +16,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::error::Error;
+use crate::group::{group_path, GroupId, FIRST_GROUP};
 
 /// Header that carries the shared cluster secret on `/internal/` requests.
 pub const SECRET_HEADER: &str = "x-quiver-cluster-secret";
@@ -120,6 +121,8 @@ enum Wire {
 pub struct PeerClient {
     wire: Wire,
     secret: Arc<str>,
+    /// The group whose routes this client calls (see [`crate::group_path`]).
+    group: GroupId,
 }
 
 impl PeerClient {
@@ -144,6 +147,7 @@ impl PeerClient {
                 https: tls.https,
             },
             secret: Arc::from(secret),
+            group: FIRST_GROUP,
         })
     }
 
@@ -152,13 +156,31 @@ impl PeerClient {
         PeerClient {
             wire: Wire::Custom(transport),
             secret: Arc::from(secret),
+            group: FIRST_GROUP,
         }
+    }
+
+    /// The same client, calling `group`'s routes on the peers.
+    pub fn for_group(&self, group: GroupId) -> Self {
+        PeerClient {
+            group,
+            ..self.clone()
+        }
+    }
+
+    /// The group whose routes this client calls.
+    pub fn group(&self) -> GroupId {
+        self.group
     }
 
     /// The URL of `path` on the peer at `addr`, over https when TLS is on.
     pub fn url(&self, addr: &str, path: &str) -> String {
         let https = matches!(self.wire, Wire::Http { https: true, .. });
-        format!("{}{path}", peer_base_url(addr, https))
+        format!(
+            "{}{}",
+            peer_base_url(addr, https),
+            group_path(self.group, path)
+        )
     }
 
     /// The HTTP client, when calls travel over HTTP (streaming file transfers).
@@ -192,7 +214,10 @@ impl PeerClient {
                 .send()
                 .await
                 .is_ok_and(|r| r.status().is_success()),
-            Wire::Custom(t) => t.send(addr, path, None, timeout).await.is_ok(),
+            Wire::Custom(t) => t
+                .send(addr, &group_path(self.group, path), None, timeout)
+                .await
+                .is_ok(),
         }
     }
 
@@ -206,7 +231,9 @@ impl PeerClient {
         let http = match &self.wire {
             Wire::Http { http, .. } => http,
             Wire::Custom(t) => {
-                let bytes = t.send(addr, path, None, timeout).await?;
+                let bytes = t
+                    .send(addr, &group_path(self.group, path), None, timeout)
+                    .await?;
                 return decode_body(addr, None, &bytes);
             }
         };
@@ -260,7 +287,9 @@ impl PeerClient {
         let http = match &self.wire {
             Wire::Http { http, .. } => http,
             Wire::Custom(t) => {
-                let bytes = t.send(addr, path, Some(body), timeout).await?;
+                let bytes = t
+                    .send(addr, &group_path(self.group, path), Some(body), timeout)
+                    .await?;
                 return decode_body(addr, None, &bytes);
             }
         };

@@ -296,8 +296,24 @@ impl StateMachine {
                     self.storage
                         .adopt_default_retention(index, &write.database, ns);
                 }
+                let seen = write
+                    .write_id
+                    .as_deref()
+                    .is_some_and(|id| self.storage.write_applied(id));
+                if seen {
+                    // The rows are in already: a retry of a write whose answer was lost.
+                    metrics::counter!("quiver_writes_deduplicated_total").increment(1);
+                    return Ok(CommandResult::Written { rows: 0 });
+                }
                 match self.storage.apply_write(index, &write.database, &tables) {
-                    Ok(rows) => CommandResult::Written { rows: rows as u64 },
+                    Ok(rows) => {
+                        // Only a write that was applied counts: a refused one may be sent
+                        // again once the client fixed it.
+                        if let Some(id) = &write.write_id {
+                            self.storage.remember_write(id);
+                        }
+                        CommandResult::Written { rows: rows as u64 }
+                    }
                     Err(
                         e @ (StorageErr::SchemaConflict { .. }
                         | StorageErr::InvalidName(_)

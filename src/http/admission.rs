@@ -290,12 +290,15 @@ fn check(
 /// sends here to follow: every path into the log, so no node keeps appending until its
 /// disk is full.
 pub fn cannot_take_rows(app: &AppState) -> Option<(&'static str, String)> {
-    if app.storage.is_over_memory_limit() {
-        let message = match app.storage.flush_failing(std::time::Duration::ZERO) {
-            Some(why) => format!("buffers are full because {why}; retry later"),
-            None => "buffers are full while flushes catch up; retry later".into(),
-        };
-        return Some(("memory", message));
+    // Each data group has its share of the buffer memory; one that is full refuses.
+    for group in app.groups.holding_rows() {
+        if group.storage.is_over_memory_limit() {
+            let message = match group.storage.flush_failing(std::time::Duration::ZERO) {
+                Some(why) => format!("buffers are full because {why}; retry later"),
+                None => "buffers are full while flushes catch up; retry later".into(),
+            };
+            return Some(("memory", message));
+        }
     }
     for volume in [&app.wal_volume, &app.data_volume] {
         if let Some(reason) = volume.low() {

@@ -86,6 +86,46 @@ pub async fn cluster_status(
     })))
 }
 
+/// `GET /api/v1/cluster/groups`: every Raft group this node runs, with its voters,
+/// learners, leader, applied index and what its data weighs here.
+pub async fn cluster_groups(
+    State(app): State<AppState>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    app.auth
+        .check_request(&headers, &params, Permission::Read)?;
+    let groups: Vec<Value> = app
+        .groups
+        .all()
+        .map(|g| {
+            let m = g.node.raft.metrics().borrow().clone();
+            let membership = m.membership_config.membership();
+            let voters: Vec<u64> = membership.voter_ids().collect();
+            let learners: Vec<u64> = membership.learner_ids().collect();
+            let summaries = g.storage.summaries(None);
+            json!({
+                "id": g.id,
+                "role": if g.id == quiver_raft::FIRST_GROUP && app.groups.is_sharded() {
+                    "metadata"
+                } else {
+                    "data"
+                },
+                "members": voters,
+                "learners": learners,
+                "leader": m.current_leader,
+                "applied_index": m.last_applied.map(|l| l.index),
+                "measurements": summaries.len(),
+                "rows": summaries.iter().map(|s| s.rows).sum::<u64>(),
+                "bytes": summaries.iter().map(|s| s.file_bytes).sum::<u64>(),
+            })
+        })
+        .collect();
+    Ok(Json(
+        json!({"success": true, "node_id": app.node.node_id(), "groups": groups}),
+    ))
+}
+
 async fn probe(app: &AppState, addr: &str) -> bool {
     app.node.peers.probe(addr, "/health", PROBE_TIMEOUT).await
 }
@@ -134,10 +174,14 @@ pub async fn cluster_add_learner(
     if request.node_id == 0 {
         return Err(ApiError::bad_request("node_id must be at least 1"));
     }
-    app.node
-        .add_learner(request.node_id, request.addr)
-        .await
-        .map_err(membership_error)?;
+    // Every node is a member of every group for now: each group takes the learner.
+    for group in app.groups.all() {
+        group
+            .node
+            .add_learner(request.node_id, request.addr.clone())
+            .await
+            .map_err(membership_error)?;
+    }
     Ok(Json(json!({"success": true})))
 }
 
@@ -151,10 +195,13 @@ pub async fn cluster_promote(
     admin(&app, &headers, &params)?;
     let request: NodeIds = json_body(&body, r#"{"node_ids": [4]}"#)?;
     let add: BTreeSet<u64> = request.node_ids.into_iter().collect();
-    app.node
-        .change_voters(add, BTreeSet::new())
-        .await
-        .map_err(membership_error)?;
+    for group in app.groups.all() {
+        group
+            .node
+            .change_voters(add.clone(), BTreeSet::new())
+            .await
+            .map_err(membership_error)?;
+    }
     Ok(Json(json!({"success": true})))
 }
 
@@ -168,9 +215,13 @@ pub async fn cluster_remove(
     admin(&app, &headers, &params)?;
     let request: NodeIds = json_body(&body, r#"{"node_ids": [3]}"#)?;
     let remove: BTreeSet<u64> = request.node_ids.into_iter().collect();
-    app.node
-        .change_voters(BTreeSet::new(), remove)
-        .await
-        .map_err(membership_error)?;
+    // Data groups first: the first group's membership is what a node's peers see.
+    for group in app.groups.all().collect::<Vec<_>>().into_iter().rev() {
+        group
+            .node
+            .change_voters(BTreeSet::new(), remove.clone())
+            .await
+            .map_err(membership_error)?;
+    }
     Ok(Json(json!({"success": true})))
 }

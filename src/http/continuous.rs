@@ -113,6 +113,14 @@ pub async fn create(
             "the query reads its own target measurement (`into`)",
         ));
     }
+    if app.groups.is_sharded() {
+        // Windows are committed with the query's progress in one entry of one group,
+        // while the target measurement lives in the group its name hashes to.
+        return Err(ApiError::with_status(
+            axum::http::StatusCode::NOT_IMPLEMENTED,
+            "continuous queries need cluster.data_groups = 1 for now",
+        ));
+    }
     if app.storage.with_policies(|p| p.continuous_queries.len()) >= CONTINUOUS_QUERIES_MAX {
         return Err(ApiError::bad_request(format!(
             "the cluster holds {CONTINUOUS_QUERIES_MAX} continuous queries; drop some first"

@@ -25,6 +25,7 @@ use super::error::ApiError;
 use super::write::write_error;
 use super::AppState;
 use crate::auth::Permission;
+use crate::groups::Group;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -65,7 +66,9 @@ pub async fn delete(
             ),
         )
     };
-    let schema = app
+    // The group holding the measurement records the delete and counts its rows.
+    let group = app.groups.route(&request.database, &request.measurement);
+    let schema = group
         .storage
         .schema_of(&request.database, &request.measurement)
         .ok_or_else(not_found)?;
@@ -80,8 +83,14 @@ pub async fn delete(
     let predicate = quiver_query::parse_delete_where(&request.predicate, &tags, &fields)
         .map_err(|e| ApiError::bad_request(format!("where: {e}")))?;
     if request.dry_run {
-        let would =
-            count_matching(&app, &request.database, &request.measurement, &predicate).await?;
+        let would = count_matching(
+            &app,
+            group,
+            &request.database,
+            &request.measurement,
+            &predicate,
+        )
+        .await?;
         return Ok(Json(
             json!({"success": true, "dry_run": true, "would_delete": would}),
         ));
@@ -91,13 +100,13 @@ pub async fn delete(
         predicate,
         proposal: 0,
     };
-    let (result, index) = app.node.delete(command).await.map_err(write_error)?;
+    let (result, index) = group.node.delete(command).await.map_err(write_error)?;
     match result {
         CommandResult::Deleted(DeleteOutcome::Recorded) => {}
         CommandResult::Deleted(DeleteOutcome::NoSuchTable) => return Err(not_found()),
         other => return Err(ApiError::internal(format!("unexpected result {other:?}"))),
     }
-    let deleted = count_hidden(&app, &request.database, &request.measurement, index).await?;
+    let deleted = count_hidden(&app, group, &request.database, &request.measurement, index).await?;
     tracing::info!(database = %request.database, measurement = %request.measurement,
         predicate = %request.predicate, index, deleted, "delete applied");
     Ok(Json(
@@ -110,6 +119,7 @@ pub async fn delete(
 /// engine with the predicate as SQL, a missing tag reading as `''` as in the tombstone.
 async fn count_matching(
     app: &AppState,
+    group: &Group,
     database: &str,
     measurement: &str,
     predicate: &DeletePredicate,
@@ -120,7 +130,7 @@ async fn count_matching(
         predicate_sql(predicate)
     );
     let source = Arc::new(ViewSource {
-        storage: app.storage.clone(),
+        storage: group.storage.clone(),
         view: View::at(TimestampNs::now()),
     });
     let output = app
@@ -182,12 +192,13 @@ fn first_count(batches: &[arrow::record_batch::RecordBatch]) -> Option<u64> {
 /// of exactly those rows.
 async fn count_hidden(
     app: &AppState,
+    group: &Group,
     database: &str,
     measurement: &str,
     index: u64,
 ) -> Result<u64, ApiError> {
     let source = Arc::new(ViewSource {
-        storage: app.storage.clone(),
+        storage: group.storage.clone(),
         view: View {
             hidden_by: Some(LogIndex(index)),
             ..View::at(TimestampNs::now())

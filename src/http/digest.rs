@@ -48,7 +48,7 @@ pub async fn digest(
         .map(|l| l.index);
     let database = params.get("database").map(String::as_str);
     let mut tables = Vec::new();
-    for summary in app.storage.summaries(database) {
+    for summary in app.groups.summaries(database) {
         if grant.database(&summary.key.database).is_err() {
             continue;
         }

@@ -18,6 +18,8 @@ use serde::Serialize;
 
 use super::admission::{cannot_take_rows, Charge, ChargeRefused};
 use super::AppState;
+use crate::groups::Group;
+use quiver_raft::{GroupId, FIRST_GROUP};
 
 /// A refused internal call: status and reason.
 type Refusal = (StatusCode, String);
@@ -95,14 +97,18 @@ fn encode<T: Serialize>(value: &T) -> Response {
 }
 
 /// `POST /internal/raft/append`.
-pub async fn append(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+async fn append_in(app: AppState, group: GroupId, headers: HeaderMap, body: Body) -> Response {
+    let group = match group_of(&app, group) {
+        Ok(g) => g,
+        Err(r) => return r.into_response(),
+    };
     let bytes_max = append_body_bytes_max(&app);
     let request: AppendEntriesRequest<TypeConfig> =
         match authorized_body(&app, &headers, body, bytes_max).await {
             Ok(r) => r,
             Err(response) => return response,
         };
-    if let Err(reason) = app.node.may_take_entries(&request.vote) {
+    if let Err(reason) = group.node.may_take_entries(&request.vote) {
         return (StatusCode::SERVICE_UNAVAILABLE, reason).into_response();
     }
     // Entries are refused while this node cannot take them (its volume under the
@@ -112,7 +118,7 @@ pub async fn append(State(app): State<AppState>, headers: HeaderMap, body: Body)
     // voters cannot take them.
     if !request.entries.is_empty() {
         let refusal = cannot_take_rows(&app);
-        app.node.note_takes_entries(refusal.is_none());
+        group.node.note_takes_entries(refusal.is_none());
         if let Some((reason, message)) = refusal {
             metrics::counter!("quiver_entries_refused_total", "reason" => reason).increment(1);
             return (
@@ -122,25 +128,33 @@ pub async fn append(State(app): State<AppState>, headers: HeaderMap, body: Body)
                 .into_response();
         }
     }
-    encode(&app.node.append_entries(request).await)
+    encode(&group.node.append_entries(request).await)
 }
 
 /// `POST /internal/raft/vote`. A node whose log was lost refuses to vote until it is
 /// part of the cluster again (see `RaftNode::may_vote`).
-pub async fn vote(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+async fn vote_in(app: AppState, group: GroupId, headers: HeaderMap, body: Body) -> Response {
+    let group = match group_of(&app, group) {
+        Ok(g) => g,
+        Err(r) => return r.into_response(),
+    };
     let request: VoteRequest<u64> =
         match authorized_body(&app, &headers, body, SMALL_BODY_BYTES_MAX).await {
             Ok(r) => r,
             Err(response) => return response,
         };
-    if let Err(reason) = app.node.may_vote(&request) {
+    if let Err(reason) = group.node.may_vote(&request) {
         return (StatusCode::SERVICE_UNAVAILABLE, reason).into_response();
     }
-    encode(&app.node.raft.vote(request).await)
+    encode(&group.node.raft.vote(request).await)
 }
 
 /// `POST /internal/raft/snapshot`: one chunk of a snapshot.
-pub async fn snapshot(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+async fn snapshot_in(app: AppState, group: GroupId, headers: HeaderMap, body: Body) -> Response {
+    let group = match group_of(&app, group) {
+        Ok(g) => g,
+        Err(r) => return r.into_response(),
+    };
     let request: InstallSnapshotRequest<TypeConfig> = match authorized_body(
         &app,
         &headers,
@@ -152,7 +166,7 @@ pub async fn snapshot(State(app): State<AppState>, headers: HeaderMap, body: Bod
         Ok(r) => r,
         Err(response) => return response,
     };
-    if let Err(reason) = app.node.may_take_entries(&request.vote) {
+    if let Err(reason) = group.node.may_take_entries(&request.vote) {
         return (StatusCode::SERVICE_UNAVAILABLE, reason).into_response();
     }
     // A snapshot written onto a full volume would fail part-way, and a failed install
@@ -165,12 +179,16 @@ pub async fn snapshot(State(app): State<AppState>, headers: HeaderMap, body: Bod
         )
             .into_response();
     }
-    encode(&app.node.install_snapshot(request).await)
+    encode(&group.node.install_snapshot(request).await)
 }
 
 /// `POST /internal/forward`: a follower's request for the leader. A forwarded write
 /// holds its bytes against this node's write budget too, like a write sent here.
-pub async fn forward(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+async fn forward_in(app: AppState, group: GroupId, headers: HeaderMap, body: Body) -> Response {
+    let group = match group_of(&app, group) {
+        Ok(g) => g,
+        Err(r) => return r.into_response(),
+    };
     let bytes_max = app.config.raft.entry_bytes_max + ENVELOPE_BYTES;
     let request: LeaderRequest = match authorized_body(&app, &headers, body, bytes_max).await {
         Ok(r) => r,
@@ -199,28 +217,32 @@ pub async fn forward(State(app): State<AppState>, headers: HeaderMap, body: Body
             return encode(&answer);
         }
     }
-    let answer: Result<LeaderAnswer, WriteError> = app.node.serve_leader(request).await;
+    let answer: Result<LeaderAnswer, WriteError> = group.node.serve_leader(request).await;
     drop(charge);
     encode(&answer)
 }
 
 /// `GET /internal/state`: whether this node belongs to an initialised cluster and who
 /// its voters are; a peer starting with an empty log asks before it bootstraps.
-pub async fn state(State(app): State<AppState>, headers: HeaderMap) -> Response {
+async fn state_in(app: AppState, group: GroupId, headers: HeaderMap) -> Response {
+    let group = match group_of(&app, group) {
+        Ok(g) => g,
+        Err(r) => return r.into_response(),
+    };
     if let Err(r) = authorized(&app, &headers) {
         return r.into_response();
     }
-    let mut state = app.node.peer_state();
+    let mut state = group.node.peer_state();
     state.entries_refused = cannot_take_rows(&app).map(|(_, why)| why);
     encode(&state)
 }
 
 /// `GET /internal/files/{path}`: a Parquet file, streamed.
-pub async fn file(
-    State(app): State<AppState>,
-    headers: HeaderMap,
-    Path(path): Path<String>,
-) -> Response {
+async fn file_in(app: AppState, group: GroupId, headers: HeaderMap, path: String) -> Response {
+    let group = match group_of(&app, group) {
+        Ok(g) => g,
+        Err(r) => return r.into_response(),
+    };
     if let Err(r) = authorized(&app, &headers) {
         return r.into_response();
     }
@@ -232,7 +254,7 @@ pub async fn file(
             .into_response();
     }
     // From local disk or from the bucket, whichever holds this node's files.
-    match app.storage.file_store().open_stream(&path).await {
+    match group.storage.file_store().open_stream(&path).await {
         Ok(Some(stream)) => (
             [(header::CONTENT_TYPE, "application/vnd.apache.parquet")],
             Body::from_stream(stream),
@@ -241,4 +263,74 @@ pub async fn file(
         Ok(None) => (StatusCode::NOT_FOUND, format!("{path}: not here")).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{path}: {e}")).into_response(),
     }
+}
+
+/// The group a call names, if this node runs it.
+fn group_of(app: &AppState, group: GroupId) -> Result<Group, Refusal> {
+    app.groups.get(group).cloned().ok_or_else(|| {
+        (
+            StatusCode::NOT_FOUND,
+            format!("this node is not a member of group {group}"),
+        )
+    })
+}
+
+/// The handlers of one route shape each: the first group's routes (`/internal/raft/...`,
+/// as before groups existed) and every other group's (`/internal/groups/{group}/...`).
+macro_rules! group_routes {
+    ($($first:ident, $other:ident => $inner:ident;)*) => {$(
+        #[doc = concat!("The first group's `", stringify!($first), "` route.")]
+        pub async fn $first(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+            $inner(app, FIRST_GROUP, headers, body).await
+        }
+
+        #[doc = concat!("Another group's `", stringify!($first), "` route.")]
+        pub async fn $other(
+            State(app): State<AppState>,
+            Path(group): Path<GroupId>,
+            headers: HeaderMap,
+            body: Body,
+        ) -> Response {
+            $inner(app, group, headers, body).await
+        }
+    )*};
+}
+
+group_routes! {
+    append, group_append => append_in;
+    vote, group_vote => vote_in;
+    snapshot, group_snapshot => snapshot_in;
+    forward, group_forward => forward_in;
+}
+
+/// `GET /internal/state` of the first group.
+pub async fn state(State(app): State<AppState>, headers: HeaderMap) -> Response {
+    state_in(app, FIRST_GROUP, headers).await
+}
+
+/// `GET /internal/groups/{group}/state`.
+pub async fn group_state(
+    State(app): State<AppState>,
+    Path(group): Path<GroupId>,
+    headers: HeaderMap,
+) -> Response {
+    state_in(app, group, headers).await
+}
+
+/// `GET /internal/files/{path}` of the first group.
+pub async fn file(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Path(path): Path<String>,
+) -> Response {
+    file_in(app, FIRST_GROUP, headers, path).await
+}
+
+/// `GET /internal/groups/{group}/files/{path}`.
+pub async fn group_file(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Path((group, path)): Path<(GroupId, String)>,
+) -> Response {
+    file_in(app, group, headers, path).await
 }

@@ -121,24 +121,34 @@ async fn handle(
     // `no_sync` asks to be acknowledged before the WAL is durable. Quiver always waits:
     // the flag is accepted and ignored, so the answer is never weaker than promised.
     flag(&params, "no_sync", false)?;
-    let storage = app.storage.clone();
+    let groups = app.groups.clone();
     let db = database.clone();
     let limits = app.config.limits;
     let decode = Box::new(move |payload: bytes::Bytes| {
-        let stored = |measurement: &str| storage.schema_of(&db, measurement);
+        let stored = |measurement: &str| groups.schema_of(&db, measurement);
         let parsed = parse_line_protocol_for(&payload, precision, now_ns(), &limits, &stored)
             .map_err(super::write::decode_error)?;
         let mut rejected = parsed.rejected;
+        // Retention rules are the same in every group (each holds the policies).
         let tables = reject_expired_rows(
-            &storage,
+            &groups.first().storage,
             &db,
             parsed.tables,
             TimestampNs::now(),
             &mut rejected,
         )
         .map_err(|e| ApiError::internal(e.to_string()))?;
-        let tables = reject_conflicting_rows(&storage, &db, tables, &mut rejected)
-            .map_err(|e| ApiError::internal(e.to_string()))?;
+        let mut checked = Vec::with_capacity(tables.len());
+        for (group, part) in groups.partition(&db, tables, |t| &t.measurement) {
+            checked.extend(
+                reject_conflicting_rows(&group.storage, &db, part, &mut rejected)
+                    .map_err(|e| ApiError::internal(e.to_string()))?,
+            );
+        }
+        let tables = checked;
+        if groups.is_sharded() {
+            rejected.sort_by_key(|r| r.line);
+        }
         fill_excerpts(&payload, &mut rejected, REJECTED_LISTED_MAX);
         let rejected = rejected
             .into_iter()

@@ -47,6 +47,8 @@ pub struct AppInner {
     pub node: RaftNode,
     /// Storage (schema checks, measurements, overload).
     pub storage: Arc<Storage>,
+    /// Every Raft group of this node; `node` and `storage` are the first one's.
+    pub groups: crate::groups::Groups,
     /// SQL engine.
     pub query: QueryEngine,
     /// Tokens.
@@ -109,6 +111,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/measurements", get(ops::measurements))
         .route("/api/v1/storage", get(ops::storage))
         .route("/api/v1/cluster/status", get(cluster::cluster_status))
+        .route("/api/v1/cluster/groups", get(cluster::cluster_groups))
         .route("/api/v1/cluster/digest", get(digest::digest))
         .route(
             "/api/v1/cluster/add-learner",
@@ -158,4 +161,25 @@ fn internal_router() -> Router<AppState> {
         .route(quiver_raft::FORWARD_PATH, post(internal::forward))
         .route("/internal/state", get(internal::state))
         .route("/internal/files/{*path}", get(internal::file))
+        .route(
+            "/internal/groups/{group}/raft/append",
+            post(internal::group_append),
+        )
+        .route(
+            "/internal/groups/{group}/raft/vote",
+            post(internal::group_vote),
+        )
+        .route(
+            "/internal/groups/{group}/raft/snapshot",
+            post(internal::group_snapshot),
+        )
+        .route(
+            "/internal/groups/{group}/forward",
+            post(internal::group_forward),
+        )
+        .route("/internal/groups/{group}/state", get(internal::group_state))
+        .route(
+            "/internal/groups/{group}/files/{*path}",
+            get(internal::group_file),
+        )
 }

@@ -21,17 +21,17 @@ pub async fn write_msgpack(
     body: Body,
 ) -> Result<StatusCode, ApiError> {
     let database = database_of(&headers, &params)?;
-    let storage = app.storage.clone();
+    let groups = app.groups.clone();
     let db = database.clone();
     let limits = app.config.limits;
     let decode = Box::new(move |payload: bytes::Bytes| {
-        let stored = |measurement: &str| storage.schema_of(&db, measurement);
+        let stored = |measurement: &str| groups.schema_of(&db, measurement);
         let tables = quiver_storage::decode_msgpack(&payload, now_ns(), &limits, &stored)
             .map_err(super::write::decode_error)?;
         let tables = tables
             .into_iter()
             .map(|(measurement, batch)| {
-                let batch = match storage.schema_of(&db, &measurement) {
+                let batch = match groups.schema_of(&db, &measurement) {
                     Some(stored) => widen_integers_to_stored(batch, &stored)?,
                     None => batch,
                 };
@@ -39,10 +39,15 @@ pub async fn write_msgpack(
             })
             .collect::<quiver_storage::Result<Vec<_>>>()
             .map_err(|e| ApiError::internal(e.to_string()))?;
-        storage
-            .check_write(&db, &tables)
-            .map_err(|e| ApiError::bad_request(e.to_string()))?;
-        let (tables, expired) = refuse_expired(&storage, &db, tables)?;
+        for (group, part) in groups.partition(&db, tables.iter().collect(), |(m, _)| m) {
+            let part: Vec<(String, arrow::record_batch::RecordBatch)> =
+                part.into_iter().cloned().collect();
+            group
+                .storage
+                .check_write(&db, &part)
+                .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        }
+        let (tables, expired) = refuse_expired(&groups.first().storage, &db, tables)?;
         Ok(Decoded {
             tables,
             rejected: Vec::new(),

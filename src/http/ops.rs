@@ -18,7 +18,7 @@ use crate::auth::Permission;
 pub async fn health(State(app): State<AppState>) -> Response {
     let uptime_sec = app.started.elapsed().as_secs();
     let version = env!("CARGO_PKG_VERSION");
-    match app.node.fatal() {
+    match app.groups.fatal() {
         None => Json(json!({"status": "ok", "uptime_sec": uptime_sec, "version": version}))
             .into_response(),
         Some(reason) => (
@@ -50,10 +50,10 @@ const FLUSH_FAILING_UNREADY_AFTER: std::time::Duration = std::time::Duration::fr
 /// the reason (readiness: take it out of rotation).
 pub async fn ready(State(app): State<AppState>) -> Response {
     let reason = app
-        .node
+        .groups
         .unready_reason()
         .or_else(|| super::admission::cannot_take_rows(&app).map(|(_, why)| why))
-        .or_else(|| app.storage.flush_failing(FLUSH_FAILING_UNREADY_AFTER));
+        .or_else(|| app.groups.flush_failing(FLUSH_FAILING_UNREADY_AFTER));
     match reason {
         None => (StatusCode::OK, Json(json!({"status": "ready"}))).into_response(),
         Some(reason) => {
@@ -138,7 +138,7 @@ pub async fn storage(
     let database = database_param(&params);
     let mut databases: std::collections::BTreeMap<String, Vec<Value>> = Default::default();
     let (mut files, mut bytes, mut rows, mut pending) = (0usize, 0u64, 0u64, 0usize);
-    for s in app.storage.summaries(database) {
+    for s in app.groups.summaries(database) {
         if grant.database(&s.key.database).is_err() {
             continue;
         }
@@ -200,7 +200,7 @@ pub async fn measurements(
         .check_request(&headers, &params, Permission::Read)?;
     let database = database_param(&params);
     let list: Vec<Value> = app
-        .storage
+        .groups
         .summaries(database)
         .into_iter()
         .filter(|s| grant.database(&s.key.database).is_ok())

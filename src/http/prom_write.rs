@@ -28,12 +28,12 @@ pub async fn write_prom(
     body: Body,
 ) -> Result<StatusCode, ApiError> {
     let database = database_of(&headers, &params)?;
-    let storage = app.storage.clone();
+    let groups = app.groups.clone();
     let db = database.clone();
     let limits = app.config.limits;
     let snappy = content_encoding(&headers) == "snappy";
     let decode = Box::new(move |payload: bytes::Bytes| {
-        let stored = |measurement: &str| storage.schema_of(&db, measurement);
+        let stored = |measurement: &str| groups.schema_of(&db, measurement);
         let out = quiver_storage::decode_prom_write(&payload, &limits, &stored).map_err(|e| {
             if matches!(
                 e,
@@ -51,10 +51,15 @@ pub async fn write_prom(
         metrics::counter!("quiver_prom_stale_samples_skipped_total")
             .increment(out.stale_samples_skipped);
         metrics::counter!("quiver_prom_histograms_skipped_total").increment(out.histograms_skipped);
-        storage
-            .check_write(&db, &out.tables)
-            .map_err(|e| ApiError::bad_request(e.to_string()))?;
-        let (tables, expired) = refuse_expired(&storage, &db, out.tables)?;
+        for (group, part) in groups.partition(&db, out.tables.iter().collect(), |(m, _)| m) {
+            let part: Vec<(String, arrow::record_batch::RecordBatch)> =
+                part.into_iter().cloned().collect();
+            group
+                .storage
+                .check_write(&db, &part)
+                .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        }
+        let (tables, expired) = refuse_expired(&groups.first().storage, &db, out.tables)?;
         let rejected = out
             .rejected
             .into_iter()

@@ -56,7 +56,7 @@ async fn prepare(
     match request.consistency.as_deref() {
         None | Some("local") => {}
         Some("linearizable") => {
-            app.node.read_barrier().await.map_err(|e| {
+            app.groups.read_barrier().await.map_err(|e| {
                 ApiError::overloaded(
                     StatusCode::SERVICE_UNAVAILABLE,
                     format!("linearizable read unavailable: {e}"),

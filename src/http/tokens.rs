@@ -157,9 +157,37 @@ pub async fn revoke(
     }
 }
 
-/// Commits a policy change through the log and returns what applying it did.
+/// Commits a policy change through the first group's log and returns what applying
+/// it did. A retention rule is also committed to every data group, whose files and
+/// queries it governs: setting a rule is idempotent, so a client that gets an error
+/// part-way sends it again and every group ends up with it.
 pub async fn commit(app: &AppState, change: PolicyChange) -> Result<PolicyOutcome, ApiError> {
-    match app.node.change_policy(change).await {
+    let outcome = commit_to(&app.node, change.clone()).await?;
+    let governs_rows = matches!(
+        change,
+        PolicyChange::SetRetention { .. } | PolicyChange::ClearRetention { .. }
+    );
+    if governs_rows && app.groups.is_sharded() {
+        for group in app.groups.holding_rows() {
+            commit_to(&group.node, change.clone())
+                .await
+                .map_err(|e| ApiError {
+                    message: format!(
+                        "the rule is recorded, but not yet in data group {}: {}; send it again",
+                        group.id, e.message
+                    ),
+                    ..e
+                })?;
+        }
+    }
+    Ok(outcome)
+}
+
+async fn commit_to(
+    node: &quiver_raft::RaftNode,
+    change: PolicyChange,
+) -> Result<PolicyOutcome, ApiError> {
+    match node.change_policy(change).await {
         Ok(CommandResult::Policy(outcome)) => Ok(outcome),
         Ok(other) => Err(ApiError::internal(format!("unexpected result {other:?}"))),
         Err(e) => Err(super::write::write_error(e)),

@@ -138,6 +138,7 @@ pub async fn write(
         .config
         .retention_default_ns()
         .map_err(|e| ApiError::internal(e.to_string()))?;
+    let write_id = write_id_of(&headers, &database)?;
     let budget = app.write_budget.clone();
     let mut charge = std::mem::take(&mut admitted.charge);
     let (command, rejected, lines_total, unit, accept_partial, expired, charge) =
@@ -169,6 +170,7 @@ pub async fn write(
                 let mut command = WriteCommand::encode(&database, &decoded.tables, entry_compression)
                     .map_err(|e| ApiError::internal(e.to_string()))?;
                 command.new_database_retention_ns = retention_default_ns;
+                command.write_id = write_id;
                 if command.bytes() > entry_bytes_max {
                     return Err(ApiError::too_large(format!(
                         "this write encodes to {} bytes, more than one log entry may hold (raft.entry_bytes_max = {entry_bytes_max}); send fewer rows per request",
@@ -222,6 +224,40 @@ pub async fn write(
     Err(ApiError::partial(message, rejected))
 }
 
+/// Longest `Idempotency-Key` accepted.
+const WRITE_KEY_BYTES_MAX: usize = 256;
+
+/// The write's id from its `Idempotency-Key` header (or `X-Quiver-Write-Id`), if it
+/// has one: 128 bits of SHA-256 over the database and the key, so a key names one
+/// write of one database. A group that applied a write with the same id lately stores
+/// a retry of it once (`quiver_raft::WriteCommand::write_id`).
+fn write_id_of(headers: &HeaderMap, database: &str) -> Result<Option<String>, ApiError> {
+    use sha2::{Digest, Sha256};
+    let Some(value) = headers
+        .get("idempotency-key")
+        .or_else(|| headers.get("x-quiver-write-id"))
+    else {
+        return Ok(None);
+    };
+    let key = value
+        .to_str()
+        .ok()
+        .filter(|k| !k.is_empty() && k.len() <= WRITE_KEY_BYTES_MAX)
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "Idempotency-Key must be 1 to {WRITE_KEY_BYTES_MAX} visible ASCII characters"
+            ))
+        })?;
+    let digest = Sha256::new()
+        .chain_update(database.as_bytes())
+        .chain_update([0u8])
+        .chain_update(key.as_bytes())
+        .finalize();
+    Ok(Some(
+        digest[..16].iter().map(|b| format!("{b:02x}")).collect(),
+    ))
+}
+
 /// Server time for rows that carry none.
 pub fn now_ns() -> i64 {
     chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX)
@@ -245,9 +281,41 @@ pub fn database_of(
     Ok(db)
 }
 
-/// Proposes a decoded write and waits for it to be committed and applied.
+/// Proposes a decoded write and waits for it to be committed and applied: as one
+/// entry of its group, or, when its measurements live in several data groups, as one
+/// entry per group, proposed in parallel (see [`combine_parts`]).
 async fn propose(app: &AppState, command: WriteCommand) -> Result<(), ApiError> {
-    match app.node.write(command).await {
+    if !app.groups.is_sharded() {
+        return written(app.node.write(command).await);
+    }
+    let WriteCommand {
+        database,
+        tables,
+        new_database_retention_ns,
+        write_id,
+        ..
+    } = command;
+    let parts = app.groups.partition(&database, tables, |t| &t.measurement);
+    let proposals = parts.into_iter().map(|(group, tables)| {
+        let names: Vec<String> = tables.iter().map(|t| t.measurement.clone()).collect();
+        let part = WriteCommand {
+            database: database.clone(),
+            tables,
+            new_database_retention_ns,
+            proposal: 0,
+            // Each group remembers the ids of its own parts.
+            write_id: write_id.clone(),
+        };
+        let node = group.node.clone();
+        let id = group.id;
+        async move { (id, names, written(node.write(part).await)) }
+    });
+    combine_parts(futures::future::join_all(proposals).await)
+}
+
+/// One proposal's answer as the client would get it.
+fn written(result: Result<CommandResult, WriteError>) -> Result<(), ApiError> {
+    match result {
         Ok(CommandResult::Written { .. }) => Ok(()),
         Ok(CommandResult::Rejected { message }) => Err(ApiError::bad_request(message)),
         Ok(other) => Err(ApiError::internal(format!(
@@ -255,6 +323,47 @@ async fn propose(app: &AppState, command: WriteCommand) -> Result<(), ApiError> 
         ))),
         Err(e) => Err(write_error(e)),
     }
+}
+
+/// The answer to a write proposed in parts, one per data group: 204 only when every
+/// part is durable; when none is, the first part's refusal (each says whether
+/// nothing was written); when some are and others are not, 504 naming which
+/// measurements were written and which were not, since a retry of the whole request
+/// would write the written parts again.
+fn combine_parts(parts: Vec<(u32, Vec<String>, Result<(), ApiError>)>) -> Result<(), ApiError> {
+    let failed = parts.iter().filter(|(_, _, r)| r.is_err()).count();
+    if failed == 0 {
+        return Ok(());
+    }
+    if failed == parts.len() {
+        let mut errors = parts.into_iter().filter_map(|(_, _, r)| r.err());
+        return Err(errors
+            .next()
+            .unwrap_or_else(|| ApiError::internal("no part answered")));
+    }
+    let mut done = Vec::new();
+    let mut not_done = Vec::new();
+    for (group, names, result) in parts {
+        match result {
+            Ok(()) => done.push(format!("{} (group {group})", names.join(", "))),
+            Err(e) => not_done.push(format!(
+                "{} (group {group}: {})",
+                names.join(", "),
+                e.message
+            )),
+        }
+    }
+    metrics::counter!("quiver_writes_partly_committed_total").increment(1);
+    Err(ApiError::with_status(
+        StatusCode::GATEWAY_TIMEOUT,
+        format!(
+            "part of this write was committed and part was not: written: {}; not written: {}. \
+             Resend only the rows of the measurements not written, or the whole request \
+             with the same Idempotency-Key",
+            done.join("; "),
+            not_done.join("; ")
+        ),
+    ))
 }
 
 /// The answer for a proposal that did not commit: 503 when nothing was appended, 504

@@ -40,6 +40,7 @@ mod table;
 mod table_state;
 mod tag_distinct;
 mod tag_keys;
+pub mod write_ids;
 
 pub use catalog::{CatalogReport, FileSet};
 pub use durable::{

@@ -66,6 +66,9 @@ pub struct Policies {
     /// there (a query dropped and created anew over the same windows).
     #[serde(default)]
     pub cq_written_through: BTreeMap<String, TimestampNs>,
+    /// Ids of the writes applied lately (see [`crate::write_ids`]).
+    #[serde(default)]
+    pub recent_writes: crate::write_ids::RecentWrites,
 }
 
 /// A change to [`Policies`], as carried by a log entry.

@@ -138,6 +138,8 @@ pub struct TableFiles {
     pub(crate) only: Option<Tombstone>,
     /// The snapshot's tombstones, in the order of [`TableSnapshot::tombstones`].
     pub(crate) tombstones: Vec<Tombstone>,
+    /// Put before every file's path (see [`SnapshotFiles::with_path_prefix`]).
+    pub(crate) path_prefix: Option<Arc<str>>,
 }
 
 impl SnapshotFiles {
@@ -157,6 +159,28 @@ impl SnapshotFiles {
     /// Every file the snapshot's view can read, in the order they were written.
     pub fn all(&self) -> Vec<ParquetFileRef> {
         self.overlapping(i64::MIN, i64::MAX)
+    }
+
+    /// The same files, each path under `prefix/`: a node running several Raft groups
+    /// reads every group's files through one object store that routes by the first
+    /// path component, and keeps paths (the key of the query engine's footer cache)
+    /// distinct between groups whose files share a name.
+    pub fn with_path_prefix(self, prefix: &str) -> Self {
+        match self {
+            SnapshotFiles::Listed(files) => SnapshotFiles::Listed(
+                files
+                    .into_iter()
+                    .map(|f| ParquetFileRef {
+                        path: format!("{prefix}/{}", f.path),
+                        ..f
+                    })
+                    .collect(),
+            ),
+            SnapshotFiles::Table(table) => SnapshotFiles::Table(TableFiles {
+                path_prefix: Some(Arc::from(prefix)),
+                ..table
+            }),
+        }
     }
 
     /// How many files the table has in all (for logs and plans).
@@ -183,7 +207,10 @@ impl TableFiles {
                     .is_none_or(|o| o.applies_to(f.deletes_through(), f.time_min, f.time_max))
             })
             .map(|f| ParquetFileRef {
-                path: f.path.clone(),
+                path: match &self.path_prefix {
+                    Some(prefix) => format!("{prefix}/{}", f.path),
+                    None => f.path.clone(),
+                },
                 size_bytes: f.size_bytes,
                 rows: f.rows,
                 time_min: f.time_min,

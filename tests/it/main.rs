@@ -13,6 +13,7 @@ mod decode_memory;
 mod disk_full;
 mod flight;
 mod flood;
+mod groups;
 mod hardening;
 mod ingest;
 mod lifecycle;

@@ -339,6 +339,16 @@ impl Storage {
         self.policies.write().apply(index, change)
     }
 
+    /// Whether a write with this id was applied lately (see [`crate::write_ids`]).
+    pub fn write_applied(&self, id: &str) -> bool {
+        self.policies.read().recent_writes.contains(id)
+    }
+
+    /// Records the id of a write just applied.
+    pub fn remember_write(&self, id: &str) {
+        self.policies.write().recent_writes.remember(id);
+    }
+
     /// The replicated settings now (a copy).
     pub fn policies(&self) -> Policies {
         self.policies.read().clone()

@@ -155,6 +155,7 @@ impl Storage {
                 visible_before,
                 only: only.clone(),
                 tombstones: tombstones.clone(),
+                path_prefix: None,
             }),
             visible_from,
             visible_before,
