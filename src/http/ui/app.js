@@ -1,0 +1,81 @@
+// The console's entry point: login, the three pages (hash routes #query, #cluster,
+// #storage) and the header's live rates.
+
+import { ApiError, clearToken, json, setToken, token } from "./api.js";
+import { showError } from "./dom.js";
+import { initQuery, loadDatabases } from "./query.js";
+import { loadCluster } from "./cluster.js";
+import { loadStorage } from "./storage.js";
+import { startRates, stopRates } from "./rates.js";
+
+const PAGES = ["query", "cluster", "storage"];
+/** How often the cluster page refreshes while it is shown. */
+const CLUSTER_REFRESH_MS = 2000;
+
+const $ = (id) => document.getElementById(id);
+let clusterTimer = null;
+
+function showLogin(message) {
+  clearToken();
+  stopRates();
+  clearInterval(clusterTimer);
+  for (const p of PAGES) $(`${p}-page`).hidden = true;
+  $("nav").hidden = true;
+  $("logout").hidden = true;
+  $("login-page").hidden = false;
+  $("token").value = "";
+  showError($("login-error"), message);
+  $("token").focus();
+}
+
+function showPage() {
+  const page = PAGES.find((p) => `#${p}` === location.hash) || "query";
+  $("login-page").hidden = true;
+  $("nav").hidden = false;
+  $("logout").hidden = false;
+  for (const p of PAGES) $(`${p}-page`).hidden = p !== page;
+  for (const a of document.querySelectorAll("#nav a")) {
+    a.classList.toggle("active", a.dataset.page === page);
+  }
+  clearInterval(clusterTimer);
+  if (page === "query") loadDatabases();
+  if (page === "storage") loadStorage();
+  if (page === "cluster") {
+    loadCluster();
+    clusterTimer = setInterval(loadCluster, CLUSTER_REFRESH_MS);
+  }
+}
+
+/** Checks the token against the node: 401 means unknown; any other answer means the node knows it. */
+async function login(value) {
+  setToken(value);
+  try {
+    await json("/api/v1/cluster/status");
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 401) {
+      showLogin("The node does not know this token.");
+      return;
+    }
+    // 403 (a write-only token) still logs in: pages say what the token may not see.
+  }
+  $("token").value = "";
+  startRates();
+  showPage();
+}
+
+$("login-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const value = $("token").value.trim();
+  if (value) login(value);
+});
+$("logout").addEventListener("click", () => showLogin(""));
+window.addEventListener("hashchange", () => {
+  if (token()) showPage();
+});
+
+initQuery();
+if (token()) {
+  login(token());
+} else {
+  showLogin("");
+}
