@@ -9,16 +9,17 @@ import { loadStorage } from "./storage.js";
 import { startRates, stopRates } from "./rates.js";
 
 const PAGES = ["query", "cluster", "storage"];
-/** How often the cluster page refreshes while it is shown. */
-const CLUSTER_REFRESH_MS = 2000;
+/** How often a page refreshes while it is shown (the query page does not). */
+const REFRESH_MS = { cluster: 2000, storage: 5000 };
+const LOADERS = { cluster: loadCluster, storage: loadStorage };
 
 const $ = (id) => document.getElementById(id);
-let clusterTimer = null;
+let refreshTimer = null;
 
 function showLogin(message) {
   clearToken();
   stopRates();
-  clearInterval(clusterTimer);
+  clearInterval(refreshTimer);
   for (const p of PAGES) $(`${p}-page`).hidden = true;
   $("nav").hidden = true;
   $("logout").hidden = true;
@@ -37,12 +38,12 @@ function showPage() {
   for (const a of document.querySelectorAll("#nav a")) {
     a.classList.toggle("active", a.dataset.page === page);
   }
-  clearInterval(clusterTimer);
+  clearInterval(refreshTimer);
   if (page === "query") loadDatabases();
-  if (page === "storage") loadStorage();
-  if (page === "cluster") {
-    loadCluster();
-    clusterTimer = setInterval(loadCluster, CLUSTER_REFRESH_MS);
+  const load = LOADERS[page];
+  if (load) {
+    load();
+    refreshTimer = setInterval(() => document.hidden || load(), REFRESH_MS[page]);
   }
 }
 
@@ -68,7 +69,11 @@ $("login-form").addEventListener("submit", (e) => {
   const value = $("token").value.trim();
   if (value) login(value);
 });
-$("logout").addEventListener("click", () => showLogin(""));
+// Logging out reloads the page, so nothing a page showed stays in it.
+$("logout").addEventListener("click", () => {
+  clearToken();
+  location.replace("/ui");
+});
 window.addEventListener("hashchange", () => {
   if (token()) showPage();
 });

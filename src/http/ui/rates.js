@@ -42,20 +42,24 @@ const QUERIES = "quiver_query_seconds_count";
 
 let timer = null;
 let previous = null;
+/** Bumped by every start and stop, so a sample still in flight at a stop starts no timer. */
+let generation = 0;
 
 /** Starts sampling; shows the rates in the header. */
 export function startRates() {
   stopRates();
+  const mine = generation;
   document.getElementById("rates").hidden = false;
   const tick = async () => {
     if (!document.hidden) await sample();
-    timer = setTimeout(tick, SAMPLE_INTERVAL_MS);
+    if (mine === generation) timer = setTimeout(tick, SAMPLE_INTERVAL_MS);
   };
   tick();
 }
 
 /** Stops sampling (log out). */
 export function stopRates() {
+  generation += 1;
   clearTimeout(timer);
   timer = null;
   previous = null;
