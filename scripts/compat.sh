@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Client-compatibility tests: real Python client libraries (InfluxDB 1.x/2.x, Arc SDK,
 # QuestDB ILP/HTTP, psycopg and asyncpg, ADBC Flight SQL, influxdb3-python), an S3 API
-# server (moto, for Parquet files in a bucket), a real Prometheus server (remote write) and
-# Debian's psql against a real `quiver` node. Needs the debug binary built by
+# server (moto, for Parquet files in a bucket), a real Prometheus server (remote write),
+# Debian's psql, and the console in a headless chromium, against a real `quiver` node. Needs the debug binary built by
 # `cargo build`/`cargo test` (or QUIVER_BIN pointing at one) and python3 with venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,10 +14,13 @@ if [ ! -x "$bin" ]; then
 fi
 export QUIVER_BIN="$bin"
 # Real programs the tests drive (Debian packages): Prometheus remote-writes to Quiver;
-# psql (postgresql-client) talks to its Postgres door.
+# psql (postgresql-client) talks to its Postgres door; chromium, driven by chromedriver
+# (chromium-driver) through Selenium, loads the console (test_console.py).
 missing=()
 command -v prometheus >/dev/null || missing+=(prometheus)
 command -v psql >/dev/null || missing+=(postgresql-client)
+command -v chromium >/dev/null || missing+=(chromium)
+command -v chromedriver >/dev/null || missing+=(chromium-driver)
 if [ "${#missing[@]}" -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
