@@ -256,3 +256,36 @@ def test_console_queries_charts_and_shows_the_cluster(node, db, browser):
     assert driver.execute_script("return sessionStorage.getItem('quiver.token')") is None
     driver.refresh()
     wait_until("the login form after reload", lambda: find(By.ID, "login-form").is_displayed())
+
+
+def test_console_without_authentication_needs_no_login(browser, tmp_path):
+    """A node started with authentication off (`--auth none`, the README's first run)
+    opens the console at once: no login form, no logout, queries run."""
+    from conftest import Node, binary_path
+
+    open_node = Node(binary_path(), tmp_path, extra_env={"QUIVER_AUTH_ENABLED": "false"})
+    open_node.start()
+    try:
+        driver = browser
+        find = driver.find_element
+        driver.get(open_node.url + "/ui#query")
+        wait_until("the query page", lambda: find(By.ID, "query-page").is_displayed())
+        assert not find(By.ID, "login-page").is_displayed()
+        assert not find(By.ID, "logout").is_displayed()
+        assert driver.execute_script("return sessionStorage.getItem('quiver.token')") is None
+        open_node.write_lines("opendb", [f"m v=1 {time.time_ns()}"])
+        database = find(By.ID, "database")
+        database.clear()
+        database.send_keys("opendb")
+        sql = find(By.ID, "sql")
+        sql.clear()
+        sql.send_keys("SELECT count(*) AS n FROM m")
+        find(By.ID, "run").click()
+        wait_until(
+            "the one-row result",
+            lambda: [td.text for td in driver.find_elements(By.CSS_SELECTOR, "#result-table tbody td")] == ["1"],
+        )
+        # No time column: a table, no chart.
+        assert not find(By.ID, "chart").is_displayed()
+    finally:
+        open_node.stop()

@@ -15,8 +15,10 @@ const LOADERS = { cluster: loadCluster, storage: loadStorage };
 
 const $ = (id) => document.getElementById(id);
 let refreshTimer = null;
+let loggedIn = false;
 
 function showLogin(message) {
+  loggedIn = false;
   clearToken();
   stopRates();
   clearInterval(refreshTimer);
@@ -33,7 +35,7 @@ function showPage() {
   const page = PAGES.find((p) => `#${p}` === location.hash) || "query";
   $("login-page").hidden = true;
   $("nav").hidden = false;
-  $("logout").hidden = false;
+  $("logout").hidden = !token();
   for (const p of PAGES) $(`${p}-page`).hidden = p !== page;
   for (const a of document.querySelectorAll("#nav a")) {
     a.classList.toggle("active", a.dataset.page === page);
@@ -59,6 +61,12 @@ async function login(value) {
     }
     // 403 (a write-only token) still logs in: pages say what the token may not see.
   }
+  enter();
+}
+
+/** Into the console: rates sampled, pages shown (until the page is left or reloaded). */
+function enter() {
+  loggedIn = true;
   $("token").value = "";
   startRates();
   showPage();
@@ -75,12 +83,22 @@ $("logout").addEventListener("click", () => {
   location.replace("/ui");
 });
 window.addEventListener("hashchange", () => {
-  if (token()) showPage();
+  if (loggedIn) showPage();
 });
 
-initQuery();
-if (token()) {
-  login(token());
-} else {
-  showLogin("");
+/** With a token from earlier in this tab, use it; without one, a node whose authentication is off (`--auth none`) needs none. */
+async function start() {
+  initQuery();
+  if (token()) {
+    login(token());
+    return;
+  }
+  try {
+    await json("/api/v1/cluster/status");
+    enter();
+  } catch {
+    showLogin("");
+  }
 }
+
+start();
