@@ -12,7 +12,12 @@ const DATABASE_KEY = "quiver.database";
 /** Queries remembered in history (oldest dropped first). */
 const HISTORY_MAX = 50;
 
+/** Quiet time after a window resize before the chart is drawn again. */
+const RESIZE_REDRAW_MS = 150;
+
 const $ = (id) => document.getElementById(id);
+/** The series of the chart shown, for redrawing it. */
+let shown = null;
 
 /** Wires the page's controls; call once. */
 export function initQuery() {
@@ -25,6 +30,14 @@ export function initQuery() {
   });
   $("database").value = localStorage.getItem(DATABASE_KEY) || "";
   renderHistory();
+  // The chart is drawn to the width it has; draw it again when that changes.
+  let resizing = null;
+  window.addEventListener("resize", () => {
+    clearTimeout(resizing);
+    resizing = setTimeout(() => {
+      if (shown && !$("chart").hidden) renderChart($("chart"), shown);
+    }, RESIZE_REDRAW_MS);
+  });
 }
 
 /** Fills the database picker from the storage listing (databases this token may read). */
@@ -59,12 +72,14 @@ async function run() {
     $("query-status").textContent = `${doc.row_count} rows in ${ms} ms`;
     renderTable($("result"), doc.columns, doc.data);
     const series = timeSeries(doc.columns, doc.data);
+    shown = series;
     $("chart").hidden = !series;
     if (series) renderChart($("chart"), series);
     else fill($("chart"));
   } catch (e) {
     $("query-status").textContent = "";
     showError($("query-error"), e.message);
+    shown = null;
     fill($("result"));
     fill($("chart"));
     $("chart").hidden = true;
