@@ -289,3 +289,93 @@ def test_console_without_authentication_needs_no_login(browser, tmp_path):
         assert not find(By.ID, "chart").is_displayed()
     finally:
         open_node.stop()
+
+
+def module_call(driver, node_url: str, module: str, function: str, *args):
+    """Imports one of the console's modules in the page and returns
+    `function(*args)` (arguments and result as JSON; no eval, which the CSP forbids)."""
+    driver.get(node_url + "/ui")
+    base = wait_until(
+        "the page's script",
+        lambda: driver.execute_script(
+            "const s = document.querySelector('script[type=module]'); return s && s.src.replace(/app\\.js$/, '')"
+        ),
+    )
+    got = driver.execute_async_script(
+        """const [url, name, args, done] = arguments;
+        import(url)
+          .then((m) => done({value: JSON.parse(JSON.stringify(m[name](...args) ?? null))}))
+          .catch((e) => done({error: String(e)}));""",
+        base + module,
+        function,
+        list(args),
+    )
+    assert "error" not in got, got
+    return got["value"]
+
+
+def test_console_reads_prometheus_text_and_computes_rates(node, browser):
+    text = "\n".join(
+        [
+            "# HELP quiver_rows_applied_total rows",
+            "# TYPE quiver_rows_applied_total counter",
+            "quiver_rows_applied_total 1500",
+            'quiver_query_seconds{quantile="0.5"} 0.25',
+            "quiver_query_seconds_count 7",
+            'quiver_rows_written_total{format="lp",note="a } b"} 10 1700000000000',
+            'quiver_rows_written_total{format="msgpack"} 5',
+            "quiver_rows_written_total_other 99",
+            "quiver_broken NaN",
+        ]
+    )
+    names = ["quiver_rows_applied_total", "quiver_query_seconds_count", "quiver_rows_written_total", "quiver_broken"]
+    got = module_call(browser, node.url, "rates.js", "sumMetrics", text, names)
+    assert got == {
+        "quiver_rows_applied_total": 1500,
+        "quiver_query_seconds_count": 7,
+        "quiver_rows_written_total": 15,
+    }, got
+    got = module_call(
+        browser,
+        node.url,
+        "rates.js",
+        "rates",
+        {"at": 1000, "values": {"a": 10, "b": 50, "gone": 1}},
+        {"at": 3000, "values": {"a": 30, "b": 5, "new": 2}},
+    )
+    # a: 20 in 2 s; b went backwards (a restart): no rate; new: no earlier sample.
+    assert got == {"a": 10, "b": None, "new": None}, got
+
+
+def test_console_charts_only_time_series(node, browser):
+    t0, t1 = "2026-01-01T00:00:00Z", "2026-01-01T00:00:01.123456789Z"
+    ms0 = 1767225600000
+    cases = [
+        # one series per tag value; nanosecond times read to the millisecond
+        (
+            (["time", "host", "v"], [[t0, "a", 1], [t0, "b", 2], [t1, "a", 3]]),
+            {
+                "series": [
+                    {"name": "host=a", "points": [[ms0, 1], [ms0 + 1123, 3]]},
+                    {"name": "host=b", "points": [[ms0, 2]]},
+                ],
+                "dropped": 0,
+            },
+        ),
+        # several numeric columns, no tags: one series per column
+        (
+            (["time", "x", "y"], [[t0, 1, 2]]),
+            {"series": [{"name": "x", "points": [[ms0, 1]]}, {"name": "y", "points": [[ms0, 2]]}], "dropped": 0},
+        ),
+        # no time column, nothing numeric, or a time that is not one: a table only
+        ((["host", "v"], [["a", 1]]), None),
+        ((["time", "host"], [[t0, "a"]]), None),
+        ((["time", "v"], [["yesterday", 1]]), None),
+    ]
+    for args, expected in cases:
+        assert module_call(browser, node.url, "series.js", "timeSeries", *args) == expected, args
+    # More series than are drawn: the first 20, and how many were left out.
+    many = module_call(
+        browser, node.url, "series.js", "timeSeries", ["time", "k", "v"], [[t0, f"k{i}", i] for i in range(25)]
+    )
+    assert (len(many["series"]), many["dropped"]) == (20, 5), many
