@@ -379,3 +379,9 @@ def test_console_charts_only_time_series(node, browser):
         browser, node.url, "series.js", "timeSeries", ["time", "k", "v"], [[t0, f"k{i}", i] for i in range(25)]
     )
     assert (len(many["series"]), many["dropped"]) == (20, 5), many
+
+
+def test_console_links_to_members_by_their_address(node, browser):
+    # Member addresses are stored with or without a scheme; a link needs an origin.
+    assert module_call(browser, node.url, "cluster.js", "origin", "10.0.0.2:8000") == "http://10.0.0.2:8000"
+    assert module_call(browser, node.url, "cluster.js", "origin", "https://q2:8000/") == "https://q2:8000"

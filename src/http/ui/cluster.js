@@ -57,8 +57,13 @@ function drawMembers(s) {
   if (s.role === "leader") {
     fill(note, "Lag is each follower's distance from this leader's last log index.");
   } else if (s.leader_addr) {
-    fill(note, "Followers' lag is known on the leader: ", el("a", { href: `${s.leader_addr}/ui#cluster` }, `node ${s.leader}'s console`), ".");
+    fill(note, "Followers' lag is known on the leader: ", el("a", { href: `${origin(s.leader_addr)}/ui#cluster` }, `node ${s.leader}'s console`), ".");
   } else {
     fill(note, "No leader is known to this node.");
   }
+}
+
+/** A member's address as an origin: addresses may be written without a scheme (`10.0.0.1:8000`), then this page's is used. */
+export function origin(addr) {
+  return /^https?:\/\//.test(addr) ? addr.replace(/\/+$/, "") : `${location.protocol}//${addr}`;
 }
