@@ -4,11 +4,12 @@
 //! shows still needs the token. (The page in a real browser: tests/compat/test_console.py.)
 
 use std::collections::BTreeSet;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use reqwest::header::HeaderMap;
 use serde_json::{json, Value};
 
+use crate::cluster_support::{leader, specs, start};
 use crate::common::{batch_payload, Node, NodeSpec, TOKEN};
 use crate::lifecycle::admin;
 
@@ -260,6 +261,61 @@ async fn console_storage_listing_shows_the_retention_in_force() {
     let forever = db("forever");
     assert_eq!(forever["retention"], Value::Null, "{forever}");
     assert_eq!(measurement(&forever, "cpu")["retention"], Value::Null);
+}
+
+/// The cluster page reads these fields of `/api/v1/cluster/status`: every member on
+/// every node, and on the leader each follower's matched index, lag and attachment; a
+/// follower names the leader's address for its link.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn console_cluster_page_fields_on_three_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = start(specs(dir.path(), 3, &[])).await;
+    let l = leader(&nodes, &[0, 1, 2]).await;
+    let (s, t) = nodes[l]
+        .write_msgpack("db", batch_payload("cpu", 1, 10, now_ns(), 2))
+        .await;
+    assert_eq!(s, 204, "{t}");
+    let caught_up = |status: &Value| -> bool {
+        status["followers"].as_array().is_some_and(|f| {
+            f.len() == 2
+                && f.iter()
+                    .all(|f| f["attached"] == true && f["lag_entries"] == 0)
+        })
+    };
+    nodes[l]
+        .wait_for(
+            "both followers attached with no lag",
+            Duration::from_secs(30),
+            || async { caught_up(&nodes[l].status().await) },
+        )
+        .await;
+    let status = nodes[l].status().await;
+    assert_eq!(status["role"], "leader", "{status}");
+    for f in status["followers"].as_array().into_iter().flatten() {
+        for key in [
+            "node_id",
+            "addr",
+            "voter",
+            "matched_index",
+            "lag_bytes_estimate",
+        ] {
+            assert!(!f[key].is_null(), "{key} in {f}");
+        }
+    }
+    for (i, node) in nodes.iter().enumerate() {
+        let status = node.status().await;
+        let members = status["members"].as_array().cloned().unwrap_or_default();
+        assert_eq!(members.len(), 3, "{status}");
+        assert!(members
+            .iter()
+            .all(|m| m["voter"] == true && m["addr"].is_string()));
+        assert_eq!(status["leader"], (l + 1) as u64, "{status}");
+        if i != l {
+            assert_eq!(status["role"], "follower", "{status}");
+            assert_eq!(status["followers"], json!([]), "{status}");
+            assert!(status["leader_addr"].is_string(), "{status}");
+        }
+    }
 }
 
 fn now_ns() -> i64 {
