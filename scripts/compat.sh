@@ -2,8 +2,8 @@
 # Client-compatibility tests: real Python client libraries (InfluxDB 1.x/2.x, Arc SDK,
 # QuestDB ILP/HTTP, psycopg and asyncpg, SQLAlchemy and pandas, ADBC Flight SQL,
 # influxdb3-python), an S3 API server (moto, for Parquet files in a bucket), a real
-# Prometheus server (remote write), Debian's psql and pgjdbc (with the JDK) against a
-# real `quiver` node. Needs the debug binary built by
+# Prometheus server (remote write), Debian's psql and pgjdbc (with the JDK), and the
+# console in a headless chromium, against a real `quiver` node. Needs the debug binary built by
 # `cargo build`/`cargo test` (or QUIVER_BIN pointing at one) and python3 with venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,12 +16,15 @@ fi
 export QUIVER_BIN="$bin"
 # Real programs the tests drive (Debian packages): Prometheus remote-writes to Quiver;
 # psql (postgresql-client) and pgjdbc (libpostgresql-jdbc-java, run by a JDK) talk to
-# its Postgres door.
+# its Postgres door; chromium, driven by chromedriver (chromium-driver) through
+# Selenium, loads the console (test_console.py).
 missing=()
 command -v prometheus >/dev/null || missing+=(prometheus)
 command -v psql >/dev/null || missing+=(postgresql-client)
 { command -v java >/dev/null && command -v javac >/dev/null; } || missing+=(default-jdk-headless)
 [ -f "${PGJDBC_JAR:-/usr/share/java/postgresql.jar}" ] || missing+=(libpostgresql-jdbc-java)
+command -v chromium >/dev/null || missing+=(chromium)
+command -v chromedriver >/dev/null || missing+=(chromium-driver)
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
         echo "compat: missing Debian packages: ${missing[*]} (run as root to install them)" >&2

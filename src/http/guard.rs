@@ -37,11 +37,16 @@ const UNAUTHENTICATED_DRAIN_MS: u64 = 5_000;
 /// the setting) comes first where it applies.
 const BODY_DEADLINE_GRACE_MS: u64 = 1_000;
 
-/// Routes answered without a token: liveness, readiness, ping, and `/internal/` (the
-/// cluster secret, checked there before the body). `/metrics` decides per request
-/// what it shows.
+/// Routes answered without a token: liveness, readiness, ping, the console's static
+/// page and files (no data: the page asks for a token and sends it with every call),
+/// and `/internal/` (the cluster secret, checked there before the body). `/metrics`
+/// decides per request what it shows.
 fn open_route(path: &str) -> bool {
-    matches!(path, "/health" | "/ready" | "/ping" | "/metrics") || path.starts_with("/internal/")
+    matches!(
+        path,
+        "/health" | "/ready" | "/ping" | "/metrics" | "/ui" | "/ui/"
+    ) || path.starts_with("/ui/assets/")
+        || path.starts_with("/internal/")
 }
 
 /// The middleware (see the module documentation).

@@ -19,6 +19,7 @@ mod query_sql;
 mod retention;
 pub mod server;
 mod tokens;
+mod ui;
 mod write;
 
 pub use admission::{VolumeWatch, WriteBudget};
@@ -102,6 +103,9 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v3/write_lp", post(line_protocol::write_v3))
         .route("/api/v1/prom/write", post(prom_write::write_prom))
         .route("/ping", get(ops::ping).head(ops::ping))
+        .route("/ui", get(ui::page))
+        .route("/ui/", get(ui::page))
+        .route("/ui/assets/{id}/{name}", get(ui::asset))
         .route("/api/v1/query", post(query::query_json))
         .route("/api/v1/query/arrow", post(query::query_arrow))
         .route(

@@ -7,6 +7,7 @@ use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use quiver_storage::lifecycle::format_duration_ns;
 use serde_json::{json, Value};
 
 use super::error::ApiError;
@@ -125,8 +126,8 @@ fn database_param(params: &HashMap<String, String>) -> Option<&str> {
 
 /// `GET /api/v1/storage?database=`: what each table holds on this node, for operators
 /// watching compaction and retention: files, rows, bytes, time range, rows still in
-/// memory, compactions waiting and the tag files sort by first, per database and
-/// measurement, plus totals.
+/// memory, compactions waiting, the tag files sort by first and the retention in force
+/// (`null`: forever), per database and measurement, plus totals.
 pub async fn storage(
     State(app): State<AppState>,
     Query(params): Query<HashMap<String, String>>,
@@ -136,6 +137,10 @@ pub async fn storage(
         .auth
         .check_request(&headers, &params, Permission::Read)?;
     let database = database_param(&params);
+    // Retention is shown to whoever may read the database (the rules themselves are
+    // listed and changed with an admin token, /api/v1/retention).
+    let retention = app.storage.with_policies(|p| p.retention.clone());
+    let rule_of = |database: &str| retention.get(database).cloned().unwrap_or_default();
     let mut databases: std::collections::BTreeMap<String, Vec<Value>> = Default::default();
     let (mut files, mut bytes, mut rows, mut pending) = (0usize, 0u64, 0u64, 0usize);
     for s in app.groups.summaries(database) {
@@ -159,11 +164,17 @@ pub async fn storage(
                 "newest": rfc3339(s.time_max),
                 "compactions_pending": s.compactions_pending,
                 "sort_lead": s.sort_lead,
+                "retention": rule_of(&s.key.database)
+                    .for_measurement(&s.key.measurement)
+                    .map(format_duration_ns),
             }));
     }
     let databases: Vec<Value> = databases
         .into_iter()
-        .map(|(name, measurements)| json!({"database": name, "measurements": measurements}))
+        .map(|(name, measurements)| {
+            let retention = rule_of(&name).duration_ns.map(format_duration_ns);
+            json!({"database": name, "retention": retention, "measurements": measurements})
+        })
         .collect();
     // Files under the node's prefix it kept without being able to account for them (a
     // lost disk or WAL volume): node-wide, their paths only for a token of every database.

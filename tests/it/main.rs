@@ -8,6 +8,7 @@ mod cluster_support;
 mod common;
 mod compaction;
 mod config_errors;
+mod console;
 mod crash;
 mod decode_memory;
 mod disk_full;
