@@ -5,6 +5,7 @@ mod auth;
 mod cli;
 mod cluster_cli;
 mod config;
+mod config_doors;
 mod config_env;
 mod config_units;
 mod continuous;

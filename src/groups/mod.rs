@@ -146,6 +146,21 @@ impl Groups {
             .schema_of(database, measurement)
     }
 
+    /// Checks decoded rows against the stored schemas, each measurement in the group
+    /// that holds it (`Storage::check_write`).
+    pub fn check_write(
+        &self,
+        database: &str,
+        tables: &[(String, arrow::record_batch::RecordBatch)],
+    ) -> quiver_storage::Result<()> {
+        for (group, part) in self.partition(database, tables.iter().collect(), |(m, _)| m) {
+            let part: Vec<(String, arrow::record_batch::RecordBatch)> =
+                part.into_iter().cloned().collect();
+            group.storage.check_write(database, &part)?;
+        }
+        Ok(())
+    }
+
     /// Splits `items` (rows of measurements of `database`) by the group holding each,
     /// keeping their order within a group; groups in order of their number.
     pub fn partition<T>(

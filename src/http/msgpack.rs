@@ -39,14 +39,9 @@ pub async fn write_msgpack(
             })
             .collect::<quiver_storage::Result<Vec<_>>>()
             .map_err(|e| ApiError::internal(e.to_string()))?;
-        for (group, part) in groups.partition(&db, tables.iter().collect(), |(m, _)| m) {
-            let part: Vec<(String, arrow::record_batch::RecordBatch)> =
-                part.into_iter().cloned().collect();
-            group
-                .storage
-                .check_write(&db, &part)
-                .map_err(|e| ApiError::bad_request(e.to_string()))?;
-        }
+        groups
+            .check_write(&db, &tables)
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
         let (tables, expired) = refuse_expired(&groups.first().storage, &db, tables)?;
         Ok(Decoded {
             tables,

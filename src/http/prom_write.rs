@@ -51,14 +51,9 @@ pub async fn write_prom(
         metrics::counter!("quiver_prom_stale_samples_skipped_total")
             .increment(out.stale_samples_skipped);
         metrics::counter!("quiver_prom_histograms_skipped_total").increment(out.histograms_skipped);
-        for (group, part) in groups.partition(&db, out.tables.iter().collect(), |(m, _)| m) {
-            let part: Vec<(String, arrow::record_batch::RecordBatch)> =
-                part.into_iter().cloned().collect();
-            group
-                .storage
-                .check_write(&db, &part)
-                .map_err(|e| ApiError::bad_request(e.to_string()))?;
-        }
+        groups
+            .check_write(&db, &out.tables)
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
         let (tables, expired) = refuse_expired(&groups.first().storage, &db, out.tables)?;
         let rejected = out
             .rejected
