@@ -15,7 +15,7 @@ use tokio::sync::Semaphore;
 use crate::auth::Auth;
 use crate::config::Config;
 use crate::gate::{resolve_peers, ConnectionGate, GateLimits};
-use crate::groups::{group_dirs, Group, Groups, GroupsSource};
+use crate::groups::{group_dirs, placement, DataGroup, Group, Groups, GroupsSource, RemoteGroup};
 use crate::http::server::{raise_open_files_limit, ServerLimits};
 use crate::http::{router, AppInner, AppState, VolumeWatch, WriteBudget};
 use quiver_storage::TableSource;
@@ -49,7 +49,7 @@ pub async fn serve(config: Config) -> Result<()> {
     // Held until this function returns, which is when the process stops serving.
     let _dir_locks = crate::dir_lock::lock_dirs(&data_dir, &config.wal_dir())?;
     let peers = config.peers()?;
-    let data_groups = data_groups_of(&config, peers.len())?;
+    let data_groups = data_groups_of(&config)?;
     let group_start = GroupStart {
         config: &config,
         peers: &peers,
@@ -59,7 +59,7 @@ pub async fn serve(config: Config) -> Result<()> {
     };
     let mut background = Vec::new();
     let first = group_start
-        .start(FIRST_GROUP, &mut background)
+        .start(FIRST_GROUP, &peers, &mut background)
         .await
         .context("starting the first group")?;
     crate::groups::check_layout(
@@ -67,22 +67,11 @@ pub async fn serve(config: Config) -> Result<()> {
         data_groups,
         !first.storage.databases().is_empty(),
     )?;
-    let mut data = Vec::new();
-    if data_groups > 1 {
-        for id in 1..=data_groups {
-            let group = u32::try_from(id).context("cluster.data_groups")?;
-            data.push(
-                group_start
-                    .start(group, &mut background)
-                    .await
-                    .with_context(|| format!("starting data group {group}"))?,
-            );
-        }
-        tracing::info!(
-            data_groups,
-            "rows are spread over the data groups by measurement"
-        );
-    }
+    let data = if data_groups > 1 {
+        start_data_groups(&group_start, &mut background).await?
+    } else {
+        Vec::new()
+    };
     let groups = Groups::new(first, data);
     let node = groups.first().node.clone();
     let storage = groups.first().storage.clone();
@@ -265,24 +254,87 @@ pub async fn serve(config: Config) -> Result<()> {
 /// every member, and a few per node is the aim.
 const DATA_GROUPS_MAX: usize = 256;
 
-/// `cluster.data_groups`, checked against what this stage of groups can run: every
-/// node is a member of every group, so the replication must be the node count.
-fn data_groups_of(config: &Config, nodes: usize) -> Result<usize> {
+/// `cluster.data_groups`, checked.
+fn data_groups_of(config: &Config) -> Result<usize> {
     let groups = config.cluster.data_groups;
     if !(1..=DATA_GROUPS_MAX).contains(&groups) {
         anyhow::bail!("cluster.data_groups = {groups}: must be between 1 and {DATA_GROUPS_MAX}");
     }
-    let nodes = nodes.max(1);
-    let replication = config.cluster.replication.min(nodes);
-    if groups > 1 && replication < nodes {
-        anyhow::bail!(
-            "cluster.replication = {} with {nodes} nodes and cluster.data_groups = {groups}: \
-             every node is a member of every data group for now (placing groups on some \
-             nodes is not built yet); set cluster.replication = {nodes}",
-            config.cluster.replication
-        );
+    if config.cluster.replication == 0 {
+        anyhow::bail!("cluster.replication = 0: a group needs at least one member");
     }
     Ok(groups)
+}
+
+/// Starts the data groups this node is a member of (placement decides, from the
+/// node ids of `cluster.peers` and `cluster.replication`) and knows the others by
+/// their members.
+async fn start_data_groups(
+    start: &GroupStart<'_>,
+    background: &mut Vec<tokio::task::JoinHandle<()>>,
+) -> Result<Vec<DataGroup>> {
+    let config = start.config;
+    let mut nodes: Vec<u64> = start.peers.iter().map(|(id, _)| *id).collect();
+    if nodes.is_empty() {
+        nodes.push(config.cluster.node_id);
+    }
+    nodes.sort_unstable();
+    nodes.dedup();
+    let replication = config.cluster.replication.min(nodes.len());
+    crate::groups::check_placement(&config.storage.dir, replication, &nodes)?;
+    let client = quiver_raft::PeerClient::new(&config.cluster.secret, start.peer_tls)
+        .context("the client for other nodes' groups")?;
+    let timeout = std::time::Duration::from_millis(
+        config.http.write_timeout_ms.max(config.query.timeout_ms) + REMOTE_MARGIN_MS,
+    );
+    let mut data = Vec::new();
+    let mut held = Vec::new();
+    for id in 1..=start.data_groups {
+        let group = u32::try_from(id).context("cluster.data_groups")?;
+        let member_ids = placement::members(group, &nodes, replication);
+        let members: Vec<(u64, String)> = start
+            .peers
+            .iter()
+            .filter(|(id, _)| member_ids.contains(id))
+            .cloned()
+            .collect();
+        if members.is_empty() || member_ids.contains(&config.cluster.node_id) {
+            let local = start
+                .start(group, &members, background)
+                .await
+                .with_context(|| format!("starting data group {group}"))?;
+            held.push(group);
+            data.push(DataGroup::Local(local));
+        } else {
+            let remote = Arc::new(RemoteGroup::new(group, members, &client, timeout));
+            background.push(tokio::spawn(keep_catalog(Arc::clone(&remote))));
+            data.push(DataGroup::Remote(remote));
+        }
+    }
+    tracing::info!(
+        data_groups = start.data_groups,
+        replication,
+        held = ?held,
+        "rows are spread over the data groups by measurement"
+    );
+    Ok(data)
+}
+
+/// Added to the longest request deadline for calls to another node's group.
+const REMOTE_MARGIN_MS: u64 = 5_000;
+
+/// Keeps the list of a remote group's tables fresh (names for catalogs and
+/// `SHOW TABLES`; the tables themselves are always read from a member).
+async fn keep_catalog(group: Arc<RemoteGroup>) {
+    loop {
+        if let Err(e) = group.refresh_catalog().await {
+            tracing::debug!(group = group.id(), error = %e, "cannot list the group's tables");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(
+            crate::groups::remote::CATALOG_REFRESH_MS,
+        ))
+        .await;
+    }
 }
 
 /// What starting one group needs from the node's settings.
@@ -297,14 +349,16 @@ struct GroupStart<'a> {
 impl GroupStart<'_> {
     /// Opens the group's storage and log in its directories, starts its Raft instance
     /// and background duties (pushed onto `background`).
+    /// `members` are the group's voters (id, address): every node for the first group.
     async fn start(
         &self,
         id: GroupId,
+        members: &[(u64, String)],
         background: &mut Vec<tokio::task::JoinHandle<()>>,
     ) -> Result<Group> {
         let config = self.config;
         let dirs = group_dirs(&config.storage.dir, &config.wal_dir(), id);
-        let clustered = self.peers.len() > 1;
+        let clustered = members.len() > 1;
         // The newest snapshot says which Parquet files are live; read it before storage.
         let recovered = quiver_raft::Recovered::load(&dirs.data, &dirs.wal)
             .context("reading the newest snapshot")?;
@@ -336,7 +390,7 @@ impl GroupStart<'_> {
                 .clone()
                 .or(own_peer_addr)
                 .unwrap_or_else(|| config.http.addr.clone()),
-            peers: self.peers.to_vec(),
+            peers: members.to_vec(),
             secret: config.cluster.secret.clone(),
             peer_tls: self.peer_tls.clone(),
             leader_wait_ms: config.raft.leader_wait_ms,

@@ -161,10 +161,22 @@ impl std::fmt::Debug for DatabaseSchema {
 }
 
 impl DatabaseSchema {
-    fn table_now(&self, name: &str) -> Option<Arc<dyn TableProvider>> {
-        let measurement = self.source.resolve_measurement(&self.database, name)?;
-        let snapshot = self.source.table(&self.database, &measurement)?;
-        Some(Arc::new(MeasurementTable::new(snapshot)))
+    /// The table `name` refers to: a snapshot taken here (a short in-memory copy under
+    /// the storage lock), or fetched from a member of the group that holds it.
+    fn table_of(
+        &self,
+        name: &str,
+    ) -> BoxFuture<'static, Result<Option<Arc<dyn TableProvider>>, DataFusionError>> {
+        let Some(measurement) = self.source.resolve_measurement(&self.database, name) else {
+            return Box::pin(std::future::ready(Ok(None)));
+        };
+        let fetch = self.source.fetch_table(&self.database, &measurement);
+        Box::pin(async move {
+            let snapshot = fetch
+                .await
+                .map_err(|e| DataFusionError::External(Box::new(e)))?;
+            Ok(snapshot.map(|s| Arc::new(MeasurementTable::new(s)) as Arc<dyn TableProvider>))
+        })
     }
 }
 
@@ -186,9 +198,7 @@ impl SchemaProvider for DatabaseSchema {
         'life1: 'async_trait,
         Self: 'async_trait,
     {
-        // Taking a snapshot is a short in-memory copy under the storage lock: no await.
-        let table = self.table_now(name);
-        Box::pin(std::future::ready(Ok(table)))
+        self.table_of(name)
     }
 
     fn table_type<'life0, 'life1, 'async_trait>(

@@ -70,6 +70,34 @@ pub fn check_layout(data_dir: &Path, data_groups: usize, first_holds_rows: bool)
     Ok(())
 }
 
+/// File in the data directory recording what placement was computed from.
+const PLACEMENT_FILE: &str = "placement";
+
+/// Refuses a start whose placement inputs (`cluster.replication` and the node ids of
+/// `cluster.peers`) differ from those the node's groups were placed by: other inputs
+/// name other members for groups that already hold rows, and moving replicas is not
+/// built yet. Records them on the first start. Only a node with several data groups
+/// places them.
+pub fn check_placement(data_dir: &Path, replication: usize, nodes: &[u64]) -> Result<()> {
+    let file = data_dir.join(PLACEMENT_FILE);
+    let ids: Vec<String> = nodes.iter().map(u64::to_string).collect();
+    let now = format!("replication={replication} nodes={}", ids.join(","));
+    match std::fs::read_to_string(&file) {
+        Ok(text) if text.trim() == now => Ok(()),
+        Ok(text) => bail!(
+            "this node's data groups were placed with {} (recorded in {}), but it starts with              {now}: each data group's members follow from these, and moving group replicas              between nodes is not built yet. Start with the recorded cluster.replication and              cluster.peers",
+            text.trim(),
+            file.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(data_dir)
+                .with_context(|| format!("creating {}", data_dir.display()))?;
+            write_synced(&file, &now)
+        }
+        Err(e) => Err(e).with_context(|| format!("reading {}", file.display())),
+    }
+}
+
 /// Writes `text` to `file` durably (temporary file, fsync, rename, directory fsync).
 fn write_synced(file: &Path, text: &str) -> Result<()> {
     use std::io::Write;
@@ -107,6 +135,19 @@ mod tests {
         let e = check_layout(dir.path(), 3, true).expect_err("rows were placed in one");
         assert!(e.to_string().contains("placed in 1"), "{e}");
         check_layout(dir.path(), 1, true).expect("one stays");
+    }
+
+    #[test]
+    fn the_placement_inputs_are_kept_once_recorded() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        check_placement(dir.path(), 3, &[1, 2, 3, 4, 5]).expect("first start records");
+        check_placement(dir.path(), 3, &[1, 2, 3, 4, 5]).expect("same again");
+        let e = check_placement(dir.path(), 2, &[1, 2, 3, 4, 5]).expect_err("replication");
+        assert!(
+            e.to_string().contains("replication=3 nodes=1,2,3,4,5"),
+            "{e}"
+        );
+        check_placement(dir.path(), 3, &[1, 2, 3, 4]).expect_err("another node set");
     }
 
     #[test]

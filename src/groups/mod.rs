@@ -1,17 +1,23 @@
-//! The Raft groups this node runs, and which group a row belongs to.
+//! The Raft groups of the cluster, which of them this node runs, and which group a
+//! row belongs to.
 //!
 //! A shard is (database, measurement); it belongs to one data group, chosen by a
 //! stable hash of its names modulo `cluster.data_groups` (time is never part of the
 //! key, so one measurement's writes never pile onto one hot tail group). With one data
 //! group (the default) the first group holds everything, as it always has; with more,
-//! the first group holds tokens and policies and the data groups hold the rows.
+//! the first group holds tokens and policies and the data groups hold the rows. Each
+//! data group has `cluster.replication` members ([`placement`]); a node runs the
+//! groups it is a member of and reaches the others through their members
+//! ([`RemoteGroup`]).
 //!
-//! What this stage does not do yet (docs/ARCHITECTURE.md, "Groups"): every node is a
-//! member of every group (`cluster.replication` must equal the node count), the
-//! number of data groups is fixed once a node holds data, and continuous queries need
-//! one data group.
+//! What is not built yet (docs/ARCHITECTURE.md, "Groups"): moving replicas between
+//! nodes, a number of data groups that changes once a node holds data, and continuous
+//! queries with more than one data group.
 
 mod layout;
+mod peer_store;
+pub mod placement;
+pub mod remote;
 mod routing_store;
 mod source;
 
@@ -20,8 +26,9 @@ use std::sync::Arc;
 use quiver_raft::{GroupId, RaftNode, FIRST_GROUP};
 use quiver_storage::Storage;
 
-pub use layout::{check_layout, group_dirs};
-pub use source::GroupsSource;
+pub use layout::{check_layout, check_placement, group_dirs};
+pub use remote::RemoteGroup;
+pub use source::{one_group_source, GroupsSource};
 
 /// One group on this node: its Raft instance and the storage its state machine
 /// applies to.
@@ -35,21 +42,63 @@ pub struct Group {
     pub storage: Arc<Storage>,
 }
 
-/// Every group this node runs.
+/// A data group as this node knows it: run here, or held by other nodes.
+#[derive(Clone)]
+#[allow(clippy::large_enum_variant)] // one per group, made once at start
+pub enum DataGroup {
+    /// This node is a member.
+    Local(Group),
+    /// Other nodes are its members.
+    Remote(Arc<RemoteGroup>),
+}
+
+impl DataGroup {
+    fn route(&self) -> Route<'_> {
+        match self {
+            DataGroup::Local(g) => Route::Local(g),
+            DataGroup::Remote(r) => Route::Remote(r),
+        }
+    }
+}
+
+/// Where a shard's group is: here, or on other nodes.
+#[derive(Clone, Copy)]
+pub enum Route<'a> {
+    /// A group this node runs.
+    Local(&'a Group),
+    /// A group held by other nodes.
+    Remote(&'a Arc<RemoteGroup>),
+}
+
+impl Route<'_> {
+    /// The group's number.
+    pub fn id(&self) -> GroupId {
+        match self {
+            Route::Local(g) => g.id,
+            Route::Remote(r) => r.id(),
+        }
+    }
+}
+
+/// Every group of the cluster, as this node reaches it.
 #[derive(Clone)]
 pub struct Groups {
-    /// The first group (metadata; with one data group, also the data).
+    /// The first group (metadata; with one data group, also the data). Every node runs
+    /// it.
     first: Group,
     /// The data groups `1..=G` when there are several; empty with one.
-    data: Vec<Group>,
+    data: Vec<DataGroup>,
 }
 
 impl Groups {
     /// The groups of a node: the first, and the data groups in order of their number
     /// (`1..=G`; none with one data group).
-    pub fn new(first: Group, data: Vec<Group>) -> Self {
+    pub fn new(first: Group, data: Vec<DataGroup>) -> Self {
         debug_assert_eq!(first.id, FIRST_GROUP);
-        debug_assert!(data.iter().enumerate().all(|(i, g)| g.id as usize == i + 1));
+        debug_assert!(data
+            .iter()
+            .enumerate()
+            .all(|(i, g)| g.route().id() as usize == i + 1));
         Groups { first, data }
     }
 
@@ -63,19 +112,45 @@ impl Groups {
         if id == FIRST_GROUP {
             return Some(&self.first);
         }
-        self.data.get((id as usize).checked_sub(1)?)
+        match self.data.get((id as usize).checked_sub(1)?)? {
+            DataGroup::Local(g) => Some(g),
+            DataGroup::Remote(_) => None,
+        }
     }
 
-    /// Every group, the first one first.
+    /// Every group this node runs, the first one first.
     pub fn all(&self) -> impl Iterator<Item = &Group> {
-        std::iter::once(&self.first).chain(self.data.iter())
+        std::iter::once(&self.first).chain(self.local_data())
     }
 
-    /// The groups that hold rows: the data groups, or the first group when it is the
-    /// only one.
+    fn local_data(&self) -> impl Iterator<Item = &Group> {
+        self.data.iter().filter_map(|g| match g {
+            DataGroup::Local(g) => Some(g),
+            DataGroup::Remote(_) => None,
+        })
+    }
+
+    /// The data groups other nodes hold.
+    pub fn remote(&self) -> impl Iterator<Item = &Arc<RemoteGroup>> {
+        self.data.iter().filter_map(|g| match g {
+            DataGroup::Remote(r) => Some(r),
+            DataGroup::Local(_) => None,
+        })
+    }
+
+    /// Every data group (every group, with one), here or elsewhere, in order.
+    pub fn routes(&self) -> Vec<Route<'_>> {
+        if self.data.is_empty() {
+            return vec![Route::Local(&self.first)];
+        }
+        self.data.iter().map(DataGroup::route).collect()
+    }
+
+    /// The groups this node runs that hold rows: its data groups, or the first group
+    /// when it is the only one.
     pub fn holding_rows(&self) -> impl Iterator<Item = &Group> {
         let only_first = self.data.is_empty().then_some(&self.first);
-        only_first.into_iter().chain(self.data.iter())
+        only_first.into_iter().chain(self.local_data())
     }
 
     /// Whether rows are spread over several data groups.
@@ -83,7 +158,13 @@ impl Groups {
         !self.data.is_empty()
     }
 
-    /// Every table of the groups holding rows (each table is in one group).
+    /// Whether some data group lives on other nodes only.
+    pub fn is_placed(&self) -> bool {
+        self.remote().next().is_some()
+    }
+
+    /// Every table of the groups this node runs that hold rows (each table is in one
+    /// group).
     pub fn summaries(&self, database: Option<&str>) -> Vec<quiver_storage::TableSummary> {
         let mut all: Vec<quiver_storage::TableSummary> = self
             .holding_rows()
@@ -92,6 +173,44 @@ impl Groups {
         if self.is_sharded() {
             all.sort_by(|a, b| a.key.cmp(&b.key));
         }
+        all
+    }
+
+    /// Every table of every data group, those of other nodes' groups as a member
+    /// lists them now (or as last listed, when no member answers).
+    pub async fn summaries_everywhere(
+        &self,
+        database: Option<&str>,
+    ) -> Vec<quiver_storage::TableSummary> {
+        let mut all = self.summaries(database);
+        let listings = futures::future::join_all(self.remote().map(|r| async move {
+            match r.refresh_catalog().await {
+                Ok(listing) => listing,
+                Err(e) => {
+                    tracing::warn!(group = r.id(), error = %e, "listing the group's tables from the last answer");
+                    r.cached_catalog()
+                }
+            }
+        }))
+        .await;
+        all.extend(
+            listings
+                .into_iter()
+                .flatten()
+                .filter(|t| database.is_none_or(|d| d == t.database))
+                .map(|t| quiver_storage::TableSummary {
+                    key: quiver_storage::TableKey::new(t.database.as_str(), t.measurement.as_str()),
+                    file_count: t.file_count as usize,
+                    file_bytes: t.file_bytes,
+                    rows: t.rows,
+                    time_min: t.time_min,
+                    time_max: t.time_max,
+                    memory_rows: t.memory_rows,
+                    compactions_pending: 0,
+                    sort_lead: None,
+                }),
+        );
+        all.sort_by(|a, b| a.key.cmp(&b.key));
         all
     }
 
@@ -128,35 +247,43 @@ impl Groups {
         }
     }
 
-    /// Waits until this node has applied, in every group holding rows, everything
-    /// committed there when the call began (a linearizable read).
+    /// Waits until this node (or, for a group it does not hold, the member its reads
+    /// go to) has applied, in every group holding rows, everything committed there
+    /// when the call began (a linearizable read).
     pub async fn read_barrier(&self) -> Result<(), quiver_raft::WriteError> {
-        let barriers = self.holding_rows().map(|g| g.node.read_barrier());
-        futures::future::try_join_all(barriers).await.map(|_| ())
+        let local =
+            futures::future::try_join_all(self.holding_rows().map(|g| g.node.read_barrier()));
+        let remote = futures::future::try_join_all(self.remote().map(|r| r.read_barrier()));
+        futures::future::try_join(local, remote).await.map(|_| ())
     }
 
-    /// The stored schema of `measurement`, from the group that holds it.
+    /// The stored schema of `measurement`, from the group that holds it when this node
+    /// runs it (`None` for another node's group: its members check at apply).
     pub fn schema_of(
         &self,
         database: &str,
         measurement: &str,
     ) -> Option<quiver_storage::MeasurementSchema> {
-        self.route(database, measurement)
-            .storage
-            .schema_of(database, measurement)
+        match self.route(database, measurement) {
+            Route::Local(g) => g.storage.schema_of(database, measurement),
+            Route::Remote(_) => None,
+        }
     }
 
     /// Checks decoded rows against the stored schemas, each measurement in the group
-    /// that holds it (`Storage::check_write`).
+    /// that holds it (`Storage::check_write`); rows of other nodes' groups are checked
+    /// by their members as the entry is applied.
     pub fn check_write(
         &self,
         database: &str,
         tables: &[(String, arrow::record_batch::RecordBatch)],
     ) -> quiver_storage::Result<()> {
-        for (group, part) in self.partition(database, tables.iter().collect(), |(m, _)| m) {
-            let part: Vec<(String, arrow::record_batch::RecordBatch)> =
-                part.into_iter().cloned().collect();
-            group.storage.check_write(database, &part)?;
+        for (route, part) in self.partition(database, tables.iter().collect(), |(m, _)| m) {
+            if let Route::Local(group) = route {
+                let part: Vec<(String, arrow::record_batch::RecordBatch)> =
+                    part.into_iter().cloned().collect();
+                group.storage.check_write(database, &part)?;
+            }
         }
         Ok(())
     }
@@ -168,26 +295,26 @@ impl Groups {
         database: &str,
         items: Vec<T>,
         measurement: impl Fn(&T) -> &str,
-    ) -> Vec<(&Group, Vec<T>)> {
-        let mut parts: Vec<(&Group, Vec<T>)> = Vec::new();
+    ) -> Vec<(Route<'_>, Vec<T>)> {
+        let mut parts: Vec<(Route<'_>, Vec<T>)> = Vec::new();
         for item in items {
-            let group = self.route(database, measurement(&item));
-            match parts.iter_mut().find(|(g, _)| g.id == group.id) {
+            let route = self.route(database, measurement(&item));
+            match parts.iter_mut().find(|(g, _)| g.id() == route.id()) {
                 Some((_, list)) => list.push(item),
-                None => parts.push((group, vec![item])),
+                None => parts.push((route, vec![item])),
             }
         }
-        parts.sort_by_key(|(g, _)| g.id);
+        parts.sort_by_key(|(g, _)| g.id());
         parts
     }
 
     /// The group that holds `measurement` of `database`.
-    pub fn route(&self, database: &str, measurement: &str) -> &Group {
+    pub fn route(&self, database: &str, measurement: &str) -> Route<'_> {
         if self.data.is_empty() {
-            return &self.first;
+            return Route::Local(&self.first);
         }
         let index = shard_hash(database, measurement) % self.data.len() as u64;
-        &self.data[index as usize]
+        self.data[index as usize].route()
     }
 }
 

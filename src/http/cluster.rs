@@ -95,7 +95,7 @@ pub async fn cluster_groups(
 ) -> Result<Json<Value>, ApiError> {
     app.auth
         .check_request(&headers, &params, Permission::Read)?;
-    let groups: Vec<Value> = app
+    let mut groups: Vec<Value> = app
         .groups
         .all()
         .map(|g| {
@@ -118,9 +118,28 @@ pub async fn cluster_groups(
                 "measurements": summaries.len(),
                 "rows": summaries.iter().map(|s| s.rows).sum::<u64>(),
                 "bytes": summaries.iter().map(|s| s.file_bytes).sum::<u64>(),
+                "held_here": true,
             })
         })
         .collect();
+    // Groups this node is not a member of: members from placement, tables as last
+    // listed by a member; their leader is what their members report.
+    for remote in app.groups.remote() {
+        let tables = remote.cached_catalog();
+        groups.push(json!({
+            "id": remote.id(),
+            "role": "data",
+            "members": remote.member_ids(),
+            "learners": [],
+            "leader": null,
+            "applied_index": null,
+            "measurements": tables.len(),
+            "rows": tables.iter().map(|t| t.rows).sum::<u64>(),
+            "bytes": tables.iter().map(|t| t.file_bytes).sum::<u64>(),
+            "held_here": false,
+        }));
+    }
+    groups.sort_by_key(|g| g["id"].as_u64());
     Ok(Json(
         json!({"success": true, "node_id": app.node.node_id(), "groups": groups}),
     ))
@@ -150,6 +169,21 @@ fn admin(
     Ok(())
 }
 
+/// Membership changes reach every group a node runs; with data groups placed on some
+/// nodes only, adding or removing a node means moving group replicas, which is not
+/// built yet: refused rather than leave groups with members placement does not name.
+fn refuse_when_placed(app: &AppState) -> Result<(), ApiError> {
+    if app.groups.is_placed() {
+        return Err(ApiError::with_status(
+            StatusCode::NOT_IMPLEMENTED,
+            "this cluster places its data groups on some nodes only (cluster.replication is \
+             less than the node count); adding or removing nodes moves group replicas, which \
+             is not built yet",
+        ));
+    }
+    Ok(())
+}
+
 fn membership_error(e: WriteError) -> ApiError {
     match e {
         WriteError::NotLeader { .. } => ApiError::overloaded(
@@ -170,6 +204,7 @@ pub async fn cluster_add_learner(
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     admin(&app, &headers, &params)?;
+    refuse_when_placed(&app)?;
     let request: AddLearner = json_body(&body, r#"{"node_id": 4, "addr": "http://host:8000"}"#)?;
     if request.node_id == 0 {
         return Err(ApiError::bad_request("node_id must be at least 1"));
@@ -193,6 +228,7 @@ pub async fn cluster_promote(
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     admin(&app, &headers, &params)?;
+    refuse_when_placed(&app)?;
     let request: NodeIds = json_body(&body, r#"{"node_ids": [4]}"#)?;
     let add: BTreeSet<u64> = request.node_ids.into_iter().collect();
     for group in app.groups.all() {
@@ -213,6 +249,7 @@ pub async fn cluster_remove(
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     admin(&app, &headers, &params)?;
+    refuse_when_placed(&app)?;
     let request: NodeIds = json_body(&body, r#"{"node_ids": [3]}"#)?;
     let remove: BTreeSet<u64> = request.node_ids.into_iter().collect();
     // Data groups first: the first group's membership is what a node's peers see.

@@ -25,7 +25,7 @@ use super::error::ApiError;
 use super::write::write_error;
 use super::AppState;
 use crate::auth::Permission;
-use crate::groups::Group;
+use crate::groups::{one_group_source, Group, Route};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -57,6 +57,65 @@ pub async fn delete(
     validate_database_name(&request.database).map_err(|e| ApiError::bad_request(e.to_string()))?;
     validate_measurement_name(&request.measurement)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    match app.groups.route(&request.database, &request.measurement) {
+        Route::Local(group) => delete_in(&app, &group.clone(), request).await,
+        // The measurement lives in a group other nodes hold: a member runs the delete
+        // and counts its rows, and its answer is this one.
+        Route::Remote(remote) => {
+            let remote = Arc::clone(remote);
+            let (status, body) = remote
+                .delete(
+                    &serde_json::from_slice(&body)
+                        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?,
+                )
+                .await
+                .map_err(write_error)?;
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+            let value: serde_json::Value = serde_json::from_str(&body)
+                .unwrap_or_else(|_| json!({"success": false, "error": body}));
+            if status.is_success() {
+                Ok(Json(value))
+            } else {
+                let message = value
+                    .get("error")
+                    .and_then(|e| e.as_str())
+                    .map_or_else(|| value.to_string(), str::to_string);
+                Err(ApiError::with_status(status, message))
+            }
+        }
+    }
+}
+
+/// A delete sent by a node that does not hold the measurement's group
+/// (`POST /internal/groups/{group}/delete`): run here as if a client had sent it, the
+/// answer as (status, JSON body). The sender checked the client's token.
+pub async fn delete_for_peer(app: &AppState, body: &str) -> (u16, String) {
+    let answer = async {
+        let request: DeleteRequest = json_body(body.as_bytes(), "{}")?;
+        match app.groups.route(&request.database, &request.measurement) {
+            Route::Local(group) => delete_in(app, &group.clone(), request).await,
+            Route::Remote(r) => Err(ApiError::with_status(
+                StatusCode::MISDIRECTED_REQUEST,
+                format!("this node is not a member of group {}", r.id()),
+            )),
+        }
+    }
+    .await;
+    match answer {
+        Ok(Json(value)) => (200, value.to_string()),
+        Err(e) => (
+            e.status.as_u16(),
+            json!({"success": false, "error": e.message}).to_string(),
+        ),
+    }
+}
+
+/// Runs a delete in `group`, which holds the measurement.
+async fn delete_in(
+    app: &AppState,
+    group: &Group,
+    request: DeleteRequest,
+) -> Result<Json<serde_json::Value>, ApiError> {
     let not_found = || {
         ApiError::with_status(
             StatusCode::NOT_FOUND,
@@ -66,8 +125,6 @@ pub async fn delete(
             ),
         )
     };
-    // The group holding the measurement records the delete and counts its rows.
-    let group = app.groups.route(&request.database, &request.measurement);
     let schema = group
         .storage
         .schema_of(&request.database, &request.measurement)
@@ -84,7 +141,7 @@ pub async fn delete(
         .map_err(|e| ApiError::bad_request(format!("where: {e}")))?;
     if request.dry_run {
         let would = count_matching(
-            &app,
+            app,
             group,
             &request.database,
             &request.measurement,
@@ -106,7 +163,7 @@ pub async fn delete(
         CommandResult::Deleted(DeleteOutcome::NoSuchTable) => return Err(not_found()),
         other => return Err(ApiError::internal(format!("unexpected result {other:?}"))),
     }
-    let deleted = count_hidden(&app, group, &request.database, &request.measurement, index).await?;
+    let deleted = count_hidden(app, group, &request.database, &request.measurement, index).await?;
     tracing::info!(database = %request.database, measurement = %request.measurement,
         predicate = %request.predicate, index, deleted, "delete applied");
     Ok(Json(
@@ -129,10 +186,14 @@ async fn count_matching(
         sql_identifier(measurement),
         predicate_sql(predicate)
     );
-    let source = Arc::new(ViewSource {
-        storage: group.storage.clone(),
-        view: View::at(TimestampNs::now()),
-    });
+    let source = one_group_source(
+        &app.groups,
+        group.id,
+        Arc::new(ViewSource {
+            storage: group.storage.clone(),
+            view: View::at(TimestampNs::now()),
+        }),
+    );
     let output = app
         .query
         .execute_over(source, database, &sql)
@@ -197,13 +258,17 @@ async fn count_hidden(
     measurement: &str,
     index: u64,
 ) -> Result<u64, ApiError> {
-    let source = Arc::new(ViewSource {
-        storage: group.storage.clone(),
-        view: View {
-            hidden_by: Some(LogIndex(index)),
-            ..View::at(TimestampNs::now())
-        },
-    });
+    let source = one_group_source(
+        &app.groups,
+        group.id,
+        Arc::new(ViewSource {
+            storage: group.storage.clone(),
+            view: View {
+                hidden_by: Some(LogIndex(index)),
+                ..View::at(TimestampNs::now())
+            },
+        }),
+    );
     let sql = format!(
         "SELECT count(*) FROM \"{}\"",
         measurement.replace('"', "\"\"")

@@ -55,6 +55,7 @@ pub async fn digest(
         let key = summary.key;
         let partitions = table_digest(&app, &key.database, &key.measurement).await?;
         tables.push(json!({
+            "group": app.groups.route(&key.database, &key.measurement).id(),
             "database": key.database,
             "measurement": key.measurement,
             "rows": partitions.values().map(|p| p.rows).sum::<u64>(),
@@ -72,6 +73,8 @@ pub async fn digest(
         "success": true,
         "node_id": app.node.node_id(),
         "applied_index": applied,
+        // Replicas are compared group by group: a node holds only its groups' tables.
+        "groups_held": app.groups.holding_rows().map(|g| g.id).collect::<Vec<_>>(),
         "tables": tables,
     })))
 }

@@ -25,9 +25,9 @@ use quiver_raft::{GroupId, FIRST_GROUP};
 type Refusal = (StatusCode, String);
 
 /// Largest vote or state request.
-const SMALL_BODY_BYTES_MAX: usize = 64 * 1024;
+pub(super) const SMALL_BODY_BYTES_MAX: usize = 64 * 1024;
 /// Room for framing around the payload of a bounded request.
-const ENVELOPE_BYTES: usize = 1 << 20;
+pub(super) const ENVELOPE_BYTES: usize = 1 << 20;
 /// Largest snapshot chunk (openraft's `snapshot_max_chunk_size` default is 3 MiB).
 const SNAPSHOT_CHUNK_BYTES_MAX: usize = 3 << 20;
 
@@ -39,7 +39,7 @@ fn append_body_bytes_max(app: &AppState) -> usize {
 }
 
 /// Checks the secret, then reads at most `bytes_max` of the body and decodes it.
-async fn authorized_body<T: DeserializeOwned>(
+pub(super) async fn authorized_body<T: DeserializeOwned>(
     app: &AppState,
     headers: &HeaderMap,
     body: Body,
@@ -81,7 +81,7 @@ fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, Refusal> {
     })
 }
 
-fn encode<T: Serialize>(value: &T) -> Response {
+pub(super) fn encode<T: Serialize>(value: &T) -> Response {
     match rmp_serde::to_vec_named(value) {
         Ok(bytes) => (
             [(header::CONTENT_TYPE, quiver_raft::INTERNAL_CONTENT_TYPE)],
@@ -266,7 +266,7 @@ async fn file_in(app: AppState, group: GroupId, headers: HeaderMap, path: String
 }
 
 /// The group a call names, if this node runs it.
-fn group_of(app: &AppState, group: GroupId) -> Result<Group, Refusal> {
+pub(super) fn group_of(app: &AppState, group: GroupId) -> Result<Group, Refusal> {
     app.groups.get(group).cloned().ok_or_else(|| {
         (
             StatusCode::NOT_FOUND,

@@ -139,11 +139,18 @@ async fn handle(
         )
         .map_err(|e| ApiError::internal(e.to_string()))?;
         let mut checked = Vec::with_capacity(tables.len());
-        for (group, part) in groups.partition(&db, tables, |t| &t.measurement) {
-            checked.extend(
-                reject_conflicting_rows(&group.storage, &db, part, &mut rejected)
-                    .map_err(|e| ApiError::internal(e.to_string()))?,
-            );
+        for (route, part) in groups.partition(&db, tables, |t| &t.measurement) {
+            match route {
+                crate::groups::Route::Local(group) => checked.extend(
+                    reject_conflicting_rows(&group.storage, &db, part, &mut rejected)
+                        .map_err(|e| ApiError::internal(e.to_string()))?,
+                ),
+                // Another node's group: its members refuse a conflicting part as they
+                // apply it (the whole part, named in the answer).
+                crate::groups::Route::Remote(_) => {
+                    checked.extend(part.into_iter().map(|t| (t.measurement, t.batch)))
+                }
+            }
         }
         let tables = checked;
         if groups.is_sharded() {

@@ -16,6 +16,7 @@ mod prom_write;
 mod query;
 mod query_response;
 mod query_sql;
+mod remote_group;
 mod retention;
 pub mod server;
 mod tokens;
@@ -182,6 +183,24 @@ fn internal_router() -> Router<AppState> {
             post(internal::group_forward),
         )
         .route("/internal/groups/{group}/state", get(internal::group_state))
+        .route(
+            "/internal/groups/{group}/commit",
+            post(remote_group::commit),
+        )
+        .route(
+            "/internal/groups/{group}/barrier",
+            post(remote_group::barrier),
+        )
+        .route("/internal/groups/{group}/table", post(remote_group::table))
+        .route(
+            "/internal/groups/{group}/catalog",
+            post(remote_group::catalog),
+        )
+        .route("/internal/groups/{group}/range", post(remote_group::range))
+        .route(
+            "/internal/groups/{group}/delete",
+            post(remote_group::delete),
+        )
         .route(
             "/internal/groups/{group}/files/{*path}",
             get(internal::group_file),

@@ -143,7 +143,7 @@ pub async fn storage(
     let rule_of = |database: &str| retention.get(database).cloned().unwrap_or_default();
     let mut databases: std::collections::BTreeMap<String, Vec<Value>> = Default::default();
     let (mut files, mut bytes, mut rows, mut pending) = (0usize, 0u64, 0u64, 0usize);
-    for s in app.groups.summaries(database) {
+    for s in app.groups.summaries_everywhere(database).await {
         if grant.database(&s.key.database).is_err() {
             continue;
         }
@@ -212,7 +212,8 @@ pub async fn measurements(
     let database = database_param(&params);
     let list: Vec<Value> = app
         .groups
-        .summaries(database)
+        .summaries_everywhere(database)
+        .await
         .into_iter()
         .filter(|s| grant.database(&s.key.database).is_ok())
         .map(|s| {

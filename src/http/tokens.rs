@@ -9,15 +9,17 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use quiver_raft::CommandResult;
+use quiver_raft::{CommandResult, LeaderRequest};
 use quiver_storage::{PolicyChange, PolicyOutcome, Scope, TokenRecord};
 use serde::Deserialize;
 use serde_json::json;
 
 use super::body::json_body;
 use super::error::ApiError;
+use super::write::write_error;
 use super::AppState;
 use crate::auth::{generate_token, hash, Permission};
+use crate::groups::Route;
 
 /// Most databases one token may be limited to.
 const TOKEN_DATABASES_MAX: usize = 1_000;
@@ -168,16 +170,23 @@ pub async fn commit(app: &AppState, change: PolicyChange) -> Result<PolicyOutcom
         PolicyChange::SetRetention { .. } | PolicyChange::ClearRetention { .. }
     );
     if governs_rows && app.groups.is_sharded() {
-        for group in app.groups.holding_rows() {
-            commit_to(&group.node, change.clone())
-                .await
-                .map_err(|e| ApiError {
-                    message: format!(
-                        "the rule is recorded, but not yet in data group {}: {}; send it again",
-                        group.id, e.message
-                    ),
-                    ..e
-                })?;
+        for route in app.groups.routes() {
+            let committed = match route {
+                Route::Local(group) => commit_to(&group.node, change.clone()).await.map(|_| ()),
+                Route::Remote(remote) => remote
+                    .commit(LeaderRequest::Policy(change.clone()))
+                    .await
+                    .map(|_| ())
+                    .map_err(write_error),
+            };
+            committed.map_err(|e| ApiError {
+                message: format!(
+                    "the rule is recorded, but not yet in data group {}: {}; send it again",
+                    route.id(),
+                    e.message
+                ),
+                ..e
+            })?;
         }
     }
     Ok(outcome)

@@ -28,12 +28,13 @@ use arrow::record_batch::RecordBatch;
 use axum::body::Body;
 use axum::http::{HeaderMap, StatusCode};
 use bytes::Bytes;
-use quiver_raft::{CommandResult, WriteCommand, WriteError};
+use quiver_raft::{CommandResult, LeaderRequest, WriteCommand, WriteError};
 
 use super::admission::{admit, charge_error, RETRY_AFTER_S};
 use super::body::{decompress, read_limited};
 use super::error::{ApiError, RejectedLine};
 use super::AppState;
+use crate::groups::Route;
 
 /// What a format's decode step produced from one body.
 pub struct Decoded {
@@ -296,7 +297,7 @@ async fn propose(app: &AppState, command: WriteCommand) -> Result<(), ApiError> 
         ..
     } = command;
     let parts = app.groups.partition(&database, tables, |t| &t.measurement);
-    let proposals = parts.into_iter().map(|(group, tables)| {
+    let proposals = parts.into_iter().map(|(route, tables)| {
         let names: Vec<String> = tables.iter().map(|t| t.measurement.clone()).collect();
         let part = WriteCommand {
             database: database.clone(),
@@ -306,11 +307,30 @@ async fn propose(app: &AppState, command: WriteCommand) -> Result<(), ApiError> 
             // Each group remembers the ids of its own parts.
             write_id: write_id.clone(),
         };
-        let node = group.node.clone();
-        let id = group.id;
-        async move { (id, names, written(node.write(part).await)) }
+        let id = route.id();
+        let target = match route {
+            Route::Local(group) => Target::Local(group.node.clone()),
+            Route::Remote(remote) => Target::Remote(std::sync::Arc::clone(remote)),
+        };
+        async move {
+            let result = match target {
+                Target::Local(node) => node.write(part).await,
+                // A member of the group forwards it to the group's leader.
+                Target::Remote(remote) => remote.commit(LeaderRequest::Write(part)).await,
+            };
+            (id, names, written(result))
+        }
     });
     combine_parts(futures::future::join_all(proposals).await)
+}
+
+/// Where a part of a write is proposed.
+#[allow(clippy::large_enum_variant)] // one per part of a write, moved once
+enum Target {
+    /// Through this node's Raft instance of the group.
+    Local(quiver_raft::RaftNode),
+    /// Through a member of a group other nodes hold.
+    Remote(std::sync::Arc<crate::groups::RemoteGroup>),
 }
 
 /// One proposal's answer as the client would get it.

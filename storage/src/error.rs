@@ -9,6 +9,10 @@ pub enum Error {
     /// A database or measurement name breaks the naming rules.
     #[error("{0}")]
     InvalidName(String),
+    /// A measurement lives in a group this node does not hold, and no member of that
+    /// group answered: the query fails naming the group rather than answer without it.
+    #[error("{0}")]
+    GroupUnreachable(String),
     /// The payload could not be decoded; the message names the problem (column, row).
     #[error("invalid payload: {0}")]
     InvalidPayload(String),

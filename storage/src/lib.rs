@@ -38,6 +38,7 @@ mod sort_lead;
 mod store;
 mod table;
 mod table_state;
+mod table_wire;
 mod tag_distinct;
 mod tag_keys;
 pub mod write_ids;
@@ -85,4 +86,5 @@ pub use table::{
     resolve_name, ParquetFileRef, SnapshotFiles, TableFiles, TableSnapshot, TableSource,
 };
 pub use table_state::{held_bytes, Buffered, Frozen};
+pub use table_wire::{FileWire, TableSnapshotWire};
 pub use tag_distinct::TAG_DISTINCT_COUNTED_MAX;

@@ -245,6 +245,18 @@ pub trait TableSource: Send + Sync + 'static {
     }
     /// A consistent snapshot of one measurement, or `None` if it does not exist.
     fn table(&self, database: &str, measurement: &str) -> Option<TableSnapshot>;
+    /// Like [`TableSource::table`], for a source whose measurement may live on another
+    /// node (a group this node does not hold): the snapshot is fetched from a member,
+    /// and an unreachable group is an error, never an empty table. Local sources
+    /// answer at once.
+    fn fetch_table(
+        &self,
+        database: &str,
+        measurement: &str,
+    ) -> futures::future::BoxFuture<'static, crate::Result<Option<TableSnapshot>>> {
+        let snapshot = self.table(database, measurement);
+        Box::pin(std::future::ready(Ok(snapshot)))
+    }
     /// The object store holding the Parquet files named by [`ParquetFileRef::path`].
     fn object_store(&self) -> Arc<dyn object_store::ObjectStore>;
 }

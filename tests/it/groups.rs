@@ -1,5 +1,5 @@
 //! Several data groups: measurements spread over Raft groups by their names' hash,
-//! every node a member of every group (stage one, docs/ARCHITECTURE.md "Groups").
+//! each group on `cluster.replication` of the nodes (docs/ARCHITECTURE.md "Groups").
 //! Writes spanning groups, reads merging them, a kill -9 mid-load, restarts from the
 //! groups' own logs and files, and the guard against changing the number of groups.
 
@@ -188,16 +188,181 @@ async fn a_single_node_with_three_data_groups_restarts_from_its_groups_and_keeps
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn data_groups_on_some_nodes_only_are_refused_until_placement_exists() {
+async fn five_nodes_with_replication_three_hold_a_share_each_and_every_node_reads_everything() {
     let dir = tempfile::tempdir().expect("tempdir");
     let env = [
-        ("QUIVER_CLUSTER_DATA_GROUPS", "2".to_string()),
-        ("QUIVER_CLUSTER_REPLICATION", "2".to_string()),
+        ("QUIVER_CLUSTER_DATA_GROUPS", "8".to_string()),
+        ("QUIVER_CLUSTER_REPLICATION", "3".to_string()),
+        ("QUIVER_STORAGE_FLUSH_AGE_MS", "500".to_string()),
     ];
-    let spec = specs(dir.path(), 3, &env).remove(0);
-    let (code, out) = run_with_node_settings(&spec, "serve");
+    let all_specs = specs(dir.path(), 5, &env);
+    let mut nodes = start(all_specs.clone()).await;
+    write_all(&nodes, 0..10).await;
+
+    // Every data group has three members; each node runs four or five of the eight
+    // and knows the others by their members.
+    let mut held_per_node = Vec::new();
+    for node in &nodes {
+        let groups = groups_of(node).await;
+        assert_eq!(groups.len(), 9, "{groups:?}");
+        let held: Vec<u64> = groups[1..]
+            .iter()
+            .filter(|g| g["held_here"] == true)
+            .map(|g| g["id"].as_u64().unwrap_or(0))
+            .collect();
+        for g in &groups[1..] {
+            assert_eq!(g["members"].as_array().map(Vec::len), Some(3), "{g}");
+        }
+        assert!((4..=5).contains(&held.len()), "{held:?} {groups:?}");
+        // Only the groups it holds have directories on its disks.
+        for g in 1..=8u64 {
+            let has_dir = node
+                .spec
+                .data_dir
+                .join("groups")
+                .join(g.to_string())
+                .exists();
+            assert_eq!(has_dir, held.contains(&g), "group {g} on {}", node.url);
+        }
+        held_per_node.push(held);
+    }
+    assert_eq!(held_per_node.iter().map(Vec::len).sum::<usize>(), 24);
+
+    // Every node reads every measurement whole, those of groups it does not hold from
+    // their members, and joins across groups.
+    let expected = |batches: usize| -> BTreeMap<String, i64> {
+        (0..MEASUREMENTS)
+            .map(|m| (format!("m{m}"), (batches * ROWS_PER_LINE_GROUP) as i64))
+            .collect()
+    };
+    for node in &nodes {
+        node.wait_for("every group's rows", Duration::from_secs(30), || async {
+            counts(node).await == expected(10)
+        })
+        .await;
+    }
+    let joined = nodes[3]
+        .rows(
+            "db",
+            "SELECT count(*) FROM m0 JOIN m7 ON m0.time = m7.time AND m0.host = m7.host",
+        )
+        .await;
+    assert_eq!(
+        joined[0][0].as_i64(),
+        Some((10 * ROWS_PER_LINE_GROUP) as i64)
+    );
+    // Files flushed by the members are read by the others too.
+    nodes[0]
+        .wait_for("files written", Duration::from_secs(60), || async {
+            count_files(&nodes[0].spec.data_dir.join("groups")) >= 4
+        })
+        .await;
+    for node in &nodes {
+        assert_eq!(
+            counts(node).await,
+            expected(10),
+            "{} after flushes",
+            node.url
+        );
+    }
+    // The measurements list names every group's tables.
+    let listed = get_json(&nodes[1], "/api/v1/measurements?database=db").await;
+    assert_eq!(
+        listed["measurements"].as_array().map(Vec::len),
+        Some(MEASUREMENTS),
+        "{listed}"
+    );
+
+    // kill -9 a node mid-load: each group keeps two of three members, so writes
+    // through every other node go on, reads too, and nothing is lost.
+    nodes[2].kill();
+    write_all_except(&nodes, 2, 10..16).await;
+    for (i, node) in nodes.iter().enumerate() {
+        if i != 2 {
+            node.wait_for(
+                "reads with a node down",
+                Duration::from_secs(30),
+                || async { counts(node).await == expected(16) },
+            )
+            .await;
+        }
+    }
+    nodes[2].respawn();
+    nodes[2].wait_ready().await;
+    write_all(&nodes, 16..18).await;
+    for node in &nodes {
+        node.wait_for("every group caught up", Duration::from_secs(60), || async {
+            counts(node).await == expected(18)
+        })
+        .await;
+    }
+    let (status, answer) = query_linearizable(&nodes[4], "SELECT count(*) FROM m3").await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer["data"][0][0].as_i64(),
+        Some((18 * ROWS_PER_LINE_GROUP) as i64)
+    );
+
+    // A delete through a node that does not hold the measurement's group is run by a
+    // member; every node sees it.
+    for m in 0..MEASUREMENTS {
+        let (status, text, _) = nodes[0]
+            .post(
+                "/api/v1/delete",
+                &[("content-type", "application/json")],
+                serde_json::json!({"database": "db", "measurement": format!("m{m}"), "where": "host = 'h0'"})
+                    .to_string()
+                    .into_bytes(),
+            )
+            .await;
+        assert_eq!(status, 200, "m{m}: {text}");
+        let answer: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        assert_eq!(answer["deleted"].as_u64(), Some(18), "m{m}: {text}");
+    }
+    for node in &nodes {
+        node.wait_for("the deletes", Duration::from_secs(30), || async {
+            counts(node)
+                .await
+                .values()
+                .all(|c| *c == (18 * (ROWS_PER_LINE_GROUP - 1)) as i64)
+        })
+        .await;
+    }
+
+    // Placement follows from the replication and the node ids: a restart with others
+    // is refused, naming what was recorded.
+    nodes[1].kill();
+    let changed = all_specs[1].clone().with("QUIVER_CLUSTER_REPLICATION", 2);
+    let (code, out) = run_with_node_settings(&changed, "serve");
     assert_ne!(code, Some(0));
-    assert!(out.contains("cluster.replication = 2"), "{out}");
+    assert!(out.contains("replication=3 nodes=1,2,3,4,5"), "{out}");
+}
+
+/// Writes `batches` through the nodes in turn, skipping node `down`.
+async fn write_all_except(nodes: &[Node], down: usize, batches: std::ops::Range<usize>) {
+    let up: Vec<&Node> = nodes
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != down)
+        .map(|(_, n)| n)
+        .collect();
+    for batch in batches {
+        let node = up[batch % up.len()];
+        let (status, answer) = node.write_lp("/write?db=db", &body(batch)).await;
+        assert_eq!(status, 204, "batch {batch}: {answer}\n{}", node.log_tail());
+    }
+}
+
+async fn get_json(node: &Node, path: &str) -> Value {
+    let r = node
+        .client
+        .get(format!("{}{path}", node.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(r.status(), 200, "{path}");
+    r.json().await.expect("json")
 }
 
 async fn query_linearizable(node: &Node, sql: &str) -> (u16, Value) {
