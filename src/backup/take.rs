@@ -258,7 +258,10 @@ async fn fetch_snapshot(source: &Source, dir: &Path, id: GroupId) -> Result<(Fil
     let index = header_u64(crate::http::SNAPSHOT_INDEX_HEADER)?;
     let term = header_u64(crate::http::SNAPSHOT_TERM_HEADER)?;
     let snapshots = format!("groups/{id}/snapshots");
-    let staged = local_path(dir, &snapshots).join(format!(".incoming-{index}-{term}.part"));
+    let staged = local_path(dir, &snapshots).join(format!(
+        ".incoming-{index}-{term}-{}.part",
+        std::process::id()
+    ));
     let (sha256, size_bytes) = download(response, &staged, None).await?;
     let rel = format!("{snapshots}/{index:020}-{term:020}-{}.snap", &sha256[..16]);
     install(&staged, &local_path(dir, &rel))?;
@@ -301,7 +304,8 @@ async fn copy_file(
         let body = response.text().await.unwrap_or_default();
         bail!("{url_path}: HTTP {status}: {body}");
     }
-    let staged = local.with_extension("parquet.part");
+    // Named for this process: two backups into one directory never share a staged file.
+    let staged = local.with_extension(format!("parquet.part-{}", std::process::id()));
     let (sha256, len) = download(response, &staged, Some(size_bytes))
         .await
         .with_context(|| path.to_string())?;
