@@ -20,8 +20,12 @@ pub enum Command {
     Serve(ServeArgs),
     /// After a lost disk or WAL volume, with the node stopped and the settings it serves
     /// with: adopt the Parquet files under its directory or bucket prefix (a single
-    /// node), or claim the prefix (a cluster member, whose peers send the rest).
-    Restore(ServeArgs),
+    /// node), or claim the prefix (a cluster member, whose peers send the rest). With
+    /// `--from DIR`: make a new single node from a `quiver backup` directory.
+    Restore(RestoreArgs),
+    /// Online, consistent, incremental backup of a node into a directory: a snapshot of
+    /// every group, the Parquet files it lists, a manifest with checksums.
+    Backup(crate::backup::take::BackupArgs),
     /// Cluster membership and status.
     Cluster {
         /// What to do.
@@ -86,6 +90,22 @@ pub struct ServeArgs {
     /// CA (PEM) that peers' certificates chain to (cluster.tls_ca).
     #[arg(long)]
     pub tls_ca: Option<PathBuf>,
+}
+
+/// Flags of `quiver restore`: the node's settings, and a backup to restore from.
+#[derive(Debug, clap::Args)]
+pub struct RestoreArgs {
+    /// A `quiver backup` directory: restore its newest backup into a new single node
+    /// (empty --data-dir and --wal-dir). Without it, rebuild the node from its own files.
+    #[arg(long)]
+    pub from: Option<PathBuf>,
+    /// With --from: restore this manifest (a file name in DIR/manifests) rather than
+    /// the newest.
+    #[arg(long, requires = "from")]
+    pub manifest: Option<String>,
+    /// The settings the node serves with.
+    #[command(flatten)]
+    pub serve: ServeArgs,
 }
 
 /// `quiver sizing ...`

@@ -2,6 +2,7 @@
 
 mod admin_client;
 mod auth;
+mod backup;
 mod cli;
 mod cluster_cli;
 mod config;
@@ -33,6 +34,7 @@ fn main() {
     let result = match cli.command {
         Command::Serve(args) => run_serve(args),
         Command::Restore(args) => run_restore(args),
+        Command::Backup(args) => run_async(backup::take::run(args)),
         Command::Cluster { command } => run_async(cluster_cli::run(command)),
         Command::Verify(args) => run_async(verify::run(args)),
         Command::Token { command } => run_async(token_cli::run(command)),
@@ -73,10 +75,13 @@ fn run_serve(args: cli::ServeArgs) -> anyhow::Result<()> {
     run_async(node::serve(config))
 }
 
-fn run_restore(args: cli::ServeArgs) -> anyhow::Result<()> {
-    let config = load_config(args)?;
+fn run_restore(args: cli::RestoreArgs) -> anyhow::Result<()> {
+    let config = load_config(args.serve)?;
     telemetry::init_logging(&config.log.level);
-    run_async(restore_cli::run(config))
+    match args.from {
+        Some(from) => run_async(backup::restore::run(config, from, args.manifest)),
+        None => run_async(restore_cli::run(config)),
+    }
 }
 
 /// The configuration `serve` and `restore` share: file, then environment, then flags.

@@ -10,6 +10,7 @@
 // feed them return the same type rather than boxing and unboxing on every call.
 #![allow(clippy::result_large_err)]
 
+mod backup;
 mod command;
 mod durable_file;
 mod error;
@@ -28,6 +29,10 @@ mod state_machine;
 mod types;
 mod vote_barrier;
 
+pub use backup::{
+    lay_down_backup, read_snapshot, snapshot_for_backup, BackupError, BackupSnapshot,
+    SnapshotFileError,
+};
 pub use command::{
     Command, CommandResult, CqWindowCommand, DeleteCommand, FlushCommand, TablePayload,
     WriteCommand,

@@ -186,7 +186,7 @@ pub async fn restore(
 }
 
 /// The membership of a single node with no snapshot left: itself, the only voter.
-fn single_voter(settings: &RestoreSettings, at: LogId) -> StoredMembership {
+pub(crate) fn single_voter(settings: &RestoreSettings, at: LogId) -> StoredMembership {
     let voters = BTreeSet::from([settings.node_id]);
     let nodes = BTreeMap::from([(
         settings.node_id,

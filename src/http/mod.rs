@@ -1,6 +1,7 @@
 //! The HTTP API (API.md): one file per group of endpoints, this one wires the router.
 
 mod admission;
+mod backup;
 mod body;
 mod cluster;
 mod continuous;
@@ -24,6 +25,7 @@ mod ui;
 mod write;
 
 pub use admission::{VolumeWatch, WriteBudget};
+pub use backup::{SNAPSHOT_INDEX_HEADER, SNAPSHOT_TERM_HEADER};
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -124,6 +126,15 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/api/v1/cluster/promote", post(cluster::cluster_promote))
         .route("/api/v1/cluster/remove", post(cluster::cluster_remove))
+        .route("/api/v1/backup", get(backup::describe))
+        .route(
+            "/api/v1/backup/groups/{group}/snapshot",
+            post(backup::snapshot),
+        )
+        .route(
+            "/api/v1/backup/groups/{group}/files/{*path}",
+            get(backup::file),
+        )
         .route("/api/v1/tokens", post(tokens::create).get(tokens::list))
         .route("/api/v1/tokens/{id}", axum::routing::delete(tokens::revoke))
         .route("/api/v1/retention", get(retention::list))

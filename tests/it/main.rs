@@ -1,6 +1,7 @@
 //! End-to-end tests: real `quiver` processes on loopback ports, written to over HTTP,
 //! killed with SIGKILL, restarted, and read back.
 
+mod backup;
 mod catalog_rebuild;
 mod cluster;
 mod cluster_hardening;
