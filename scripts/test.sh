@@ -7,6 +7,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/quiver-target}"
+# rust-toolchain.toml pins the toolchain by version. A machine whose rustup holds that
+# version only as its `stable` toolchain (and cannot download another) gets a link to
+# it, so cargo finds the pinned one instead of trying to fetch it.
+pinned="$(sed -n 's/^channel = "\(.*\)"/\1/p' rust-toolchain.toml)"
+if command -v rustup >/dev/null && ! rustup toolchain list | grep -q "^${pinned}-"; then
+    if rustc +stable --version 2>/dev/null | grep -q "^rustc ${pinned} "; then
+        rustup toolchain link "$pinned" "$(rustc +stable --print sysroot)"
+    fi
+fi
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked

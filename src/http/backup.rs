@@ -64,6 +64,15 @@ pub async fn describe(
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     admin(&app, &headers, &params)?;
+    if app.groups.is_placed() {
+        // A backup of this node would lack the groups other nodes hold, and a restore
+        // of it would start them empty: refused rather than silently partial.
+        return Err(ApiError::with_status(
+            StatusCode::NOT_IMPLEMENTED,
+            "this node holds only some of the cluster's data groups (cluster.replication is \
+             less than the node count); backing up such a cluster is not built yet",
+        ));
+    }
     let groups: Vec<GroupId> = app.groups.all().map(|g| g.id).collect();
     Ok(Json(json!({
         "success": true,
