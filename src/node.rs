@@ -305,7 +305,7 @@ async fn start_data_groups(
                 .with_context(|| format!("starting data group {group}"))?;
             held.push(group);
             if members.len() > 1
-                && placement::preferred_leader(group, start.data_groups, &nodes, replication)
+                && placement::preferred_leader(group, &nodes, replication)
                     == Some(config.cluster.node_id)
             {
                 background.push(tokio::spawn(keep_leadership(local.node.clone())));

@@ -56,16 +56,12 @@ impl RaftNode {
     }
 }
 
-/// Most entries a member may have appended and not yet applied when it stands to
-/// take leadership back.
-const LEADERSHIP_LAG_MAX: u64 = 64;
-
 impl RaftNode {
     /// Stands for election now, to take leadership from another member: used to bring
     /// a group's leadership back to the member placement prefers, so leaders (and the
     /// work of proposing) are spread over the nodes. Only a voter that follows a known
     /// leader, may stand (its vote barrier open, its volumes taking entries) and has
-    /// applied nearly all of its log stands; Raft's own rule still elects it only if its log
+    /// applied its whole log stands; Raft's own rule still elects it only if its log
     /// is as long as a majority's. Returns whether it stood.
     pub async fn stand_for_leadership(&self) -> bool {
         let m = self.raft.metrics().borrow().clone();
@@ -76,13 +72,7 @@ impl RaftNode {
             .membership()
             .voter_ids()
             .any(|v| v == me);
-        // Under load a follower always has a few entries appended and not yet applied;
-        // one far behind would lose the election and only disturb the group.
-        let lag = m
-            .last_log_index
-            .unwrap_or(0)
-            .saturating_sub(m.last_applied.map_or(0, |l| l.index));
-        let caught_up = lag <= LEADERSHIP_LAG_MAX;
+        let caught_up = m.last_applied.map(|l| l.index) == m.last_log_index;
         let may_stand =
             self.barrier.refusal().is_none() && !self.refusing_entries.load(Ordering::Relaxed);
         if !(follows_other && voter && caught_up && may_stand) {
