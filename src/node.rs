@@ -304,12 +304,6 @@ async fn start_data_groups(
                 .await
                 .with_context(|| format!("starting data group {group}"))?;
             held.push(group);
-            if members.len() > 1
-                && placement::preferred_leader(group, &nodes, replication)
-                    == Some(config.cluster.node_id)
-            {
-                background.push(tokio::spawn(keep_leadership(local.node.clone())));
-            }
             data.push(DataGroup::Local(local));
         } else {
             let remote = Arc::new(RemoteGroup::new(group, members, &client, timeout));
@@ -324,33 +318,6 @@ async fn start_data_groups(
         "rows are spread over the data groups by measurement"
     );
     Ok(data)
-}
-
-/// How often the preferred leader of a group checks that it leads, and the least time
-/// between two elections it stands in (each one briefly pauses the group's writes).
-const LEADERSHIP_CHECK_MS: u64 = 10_000;
-const LEADERSHIP_RETRY_MS: u64 = 60_000;
-
-/// On the member placement prefers as a group's leader: takes leadership back when
-/// another member leads (after a failover, or from the first election), so leaders
-/// are spread over the nodes as replicas are. Stands only when the group is ready and
-/// this member is caught up, at most once a minute.
-async fn keep_leadership(node: RaftNode) {
-    let mut last_stood: Option<Instant> = None;
-    loop {
-        tokio::time::sleep(std::time::Duration::from_millis(LEADERSHIP_CHECK_MS)).await;
-        if node.fatal().is_some() {
-            return;
-        }
-        let recently = last_stood
-            .is_some_and(|t| t.elapsed() < std::time::Duration::from_millis(LEADERSHIP_RETRY_MS));
-        if node.is_leader() || recently || node.unready_reason().is_some() {
-            continue;
-        }
-        if node.stand_for_leadership().await {
-            last_stood = Some(Instant::now());
-        }
-    }
 }
 
 /// Added to the longest request deadline for calls to another node's group.

@@ -33,16 +33,6 @@ pub fn members(group: GroupId, nodes: &[u64], replication: usize) -> Vec<u64> {
     chosen
 }
 
-/// The member of data group `group` that should lead it: its first replica slot.
-/// The slots are dealt round-robin, so each node is preferred for
-/// `groups / nodes` groups, rounded up or down, and leaders spread like replicas.
-pub fn preferred_leader(group: GroupId, nodes: &[u64], replication: usize) -> Option<u64> {
-    if group == FIRST_GROUP || nodes.is_empty() {
-        return None;
-    }
-    Some(nodes[((group as usize - 1) * replication.max(1)) % nodes.len()])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -61,19 +51,6 @@ mod tests {
         // 8 groups × 3 replicas over 5 nodes: 4.8 each, so 4 or 5.
         assert!(held.iter().all(|&h| (4..=5).contains(&h)), "{held:?}");
         assert_eq!(held.iter().sum::<usize>(), 24);
-    }
-
-    #[test]
-    fn preferred_leaders_are_members_and_spread_over_the_nodes() {
-        let nodes = [1, 2, 3, 4, 5];
-        let mut leads = [0usize; 5];
-        for g in 1..=8 {
-            let leader = preferred_leader(g, &nodes, 3).expect("a data group");
-            assert!(members(g, &nodes, 3).contains(&leader), "group {g}");
-            leads[(leader - 1) as usize] += 1;
-        }
-        // ceil(8 / 5) = 2 at most.
-        assert!(leads.iter().all(|&l| l <= 2), "{leads:?}");
     }
 
     #[test]

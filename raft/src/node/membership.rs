@@ -55,32 +55,3 @@ impl RaftNode {
             .map(|n| n.addr.clone())
     }
 }
-
-impl RaftNode {
-    /// Stands for election now, to take leadership from another member: used to bring
-    /// a group's leadership back to the member placement prefers, so leaders (and the
-    /// work of proposing) are spread over the nodes. Only a voter that follows a known
-    /// leader, may stand (its vote barrier open, its volumes taking entries) and has
-    /// applied its whole log stands; Raft's own rule still elects it only if its log
-    /// is as long as a majority's. Returns whether it stood.
-    pub async fn stand_for_leadership(&self) -> bool {
-        let m = self.raft.metrics().borrow().clone();
-        let me = self.config.node_id;
-        let follows_other = m.current_leader.is_some_and(|l| l != me);
-        let voter = m
-            .membership_config
-            .membership()
-            .voter_ids()
-            .any(|v| v == me);
-        let caught_up = m.last_applied.map(|l| l.index) == m.last_log_index;
-        let may_stand =
-            self.barrier.refusal().is_none() && !self.refusing_entries.load(Ordering::Relaxed);
-        if !(follows_other && voter && caught_up && may_stand) {
-            return false;
-        }
-        tracing::info!(group = self.config.group, leader = ?m.current_leader,
-            "standing for election: this member is the group's preferred leader");
-        metrics::counter!("quiver_leadership_elections_stood_total").increment(1);
-        self.raft.trigger().elect().await.is_ok()
-    }
-}
