@@ -17,6 +17,7 @@ mod groups;
 mod http;
 mod node;
 mod pg;
+mod query_workers;
 mod restore_cli;
 mod telemetry;
 mod tls;

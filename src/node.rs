@@ -97,7 +97,8 @@ pub async fn serve(config: Config) -> Result<()> {
     } else {
         storage.clone()
     };
-    let query = QueryEngine::new(
+    let distribution = crate::query_workers::distribution(&config)?;
+    let query = QueryEngine::with_distribution(
         source,
         QueryConfig {
             target_partitions: or_cores(config.query.target_partitions, 1),
@@ -113,8 +114,10 @@ pub async fn serve(config: Config) -> Result<()> {
             group_runs: config.query.group_runs,
             ..QueryConfig::default()
         },
+        distribution,
     )
     .context("starting the query engine")?;
+    crate::query_workers::serve(&config, &query)?;
     let cq_runner = tokio::spawn(
         crate::continuous::Runner {
             node: node.clone(),

@@ -18,6 +18,7 @@ use datafusion::error::DataFusionError;
 use datafusion::logical_expr::TableType;
 use quiver_storage::{resolve_name, validate_database_name, TableSource};
 
+use crate::distributed::GroupTable;
 use crate::provider::MeasurementTable;
 
 /// Name of the single catalog; databases are its schemas.
@@ -30,6 +31,9 @@ pub(crate) struct QuiverCatalog {
     access: QueryAccess,
     /// Postgres's catalog, as a schema beside the databases, for the Postgres door.
     pg_catalog: Option<Arc<dyn SchemaProvider>>,
+    /// Measurements held by other nodes are scanned there (`distributed`), instead of
+    /// their rows being fetched here.
+    scan_at_members: bool,
 }
 
 impl QuiverCatalog {
@@ -38,7 +42,14 @@ impl QuiverCatalog {
             source,
             access,
             pg_catalog: None,
+            scan_at_members: false,
         }
+    }
+
+    /// This catalog with measurements held elsewhere scanned where they are held.
+    pub(crate) fn scanning_at_members(mut self, on: bool) -> Self {
+        self.scan_at_members = on;
+        self
     }
 
     /// This catalog with `pg_catalog` resolving to `schema` (it shadows a database of
@@ -142,6 +153,7 @@ impl CatalogProvider for QuiverCatalog {
         Some(Arc::new(DatabaseSchema {
             source: Arc::clone(&self.source),
             database,
+            scan_at_members: self.scan_at_members,
         }))
     }
 }
@@ -150,6 +162,7 @@ impl CatalogProvider for QuiverCatalog {
 struct DatabaseSchema {
     source: Arc<dyn TableSource>,
     database: String,
+    scan_at_members: bool,
 }
 
 impl std::fmt::Debug for DatabaseSchema {
@@ -170,6 +183,26 @@ impl DatabaseSchema {
         let Some(measurement) = self.source.resolve_measurement(&self.database, name) else {
             return Box::pin(std::future::ready(Ok(None)));
         };
+        if self.scan_at_members {
+            if let Some(held) = self.source.held_elsewhere(&self.database, &measurement) {
+                let fetch = self.source.fetch_schema(&self.database, &measurement);
+                let (source, database) = (Arc::clone(&self.source), self.database.clone());
+                return Box::pin(async move {
+                    let schema = fetch
+                        .await
+                        .map_err(|e| DataFusionError::External(Box::new(e)))?;
+                    Ok(schema.map(|schema| {
+                        Arc::new(GroupTable::new(
+                            database,
+                            measurement,
+                            held,
+                            &schema,
+                            source,
+                        )) as Arc<dyn TableProvider>
+                    }))
+                });
+            }
+        }
         let fetch = self.source.fetch_table(&self.database, &measurement);
         Box::pin(async move {
             let snapshot = fetch

@@ -39,6 +39,7 @@ use tokio::time::Instant;
 use crate::admission::Admission;
 use crate::catalog::{QueryAccess, QuiverCatalog, CATALOG_NAME};
 use crate::config::{QueryConfig, RESULT_CHUNKS_AHEAD_MAX};
+use crate::distributed::Distribution;
 use crate::encode::BatchEncoder;
 use crate::error::Error;
 use crate::memory::{NodeMemory, QueryMemoryPool};
@@ -104,6 +105,10 @@ struct Shared {
     node_memory: Arc<NodeMemory>,
     /// The `pg_catalog` schemas of Postgres clients, one per database and token scope.
     pg_catalogs: PgCatalogs,
+    /// Set when measurements held by other nodes are scanned where they are held.
+    distribution: Option<Distribution>,
+    /// Functions and settings a worker lends the stages other nodes send it.
+    base_state: SessionState,
     /// Last, so it shuts down after everything that could still hand it work.
     runtime: QueryRuntime,
 }
@@ -120,11 +125,24 @@ impl QueryEngine {
     /// An engine over `source`, with its runtime started; zeros in `config` are raised
     /// to one. Fails only if the runtime's threads cannot be started.
     pub fn new(source: Arc<dyn TableSource>, config: QueryConfig) -> Result<Self, Error> {
+        Self::with_distribution(source, config, None)
+    }
+
+    /// An engine that, given `distribution`, runs the scans of measurements held by
+    /// other nodes on those nodes (and serves theirs: [`Self::serve_worker`]).
+    pub fn with_distribution(
+        source: Arc<dyn TableSource>,
+        config: QueryConfig,
+        distribution: Option<Distribution>,
+    ) -> Result<Self, Error> {
         let config = config.sanitized();
         let catalogs = MemoryCatalogProviderList::new();
         catalogs.register_catalog(
             CATALOG_NAME.to_string(),
-            Arc::new(QuiverCatalog::new(Arc::clone(&source), QueryAccess::all())),
+            Arc::new(
+                QuiverCatalog::new(Arc::clone(&source), QueryAccess::all())
+                    .scanning_at_members(distribution.is_some()),
+            ),
         );
         let base_config = SessionConfig::new()
             .with_default_catalog_and_schema(CATALOG_NAME, "default")
@@ -163,10 +181,14 @@ impl QueryEngine {
             &source,
             Arc::new(GreedyMemoryPool::new(0)) as Arc<dyn MemoryPool>,
         )?;
-        let query_state = SessionStateBuilder::new_from_existing(base_state.clone())
-            .with_config(session_config(&config, "default"))
-            .with_runtime_env(planning_runtime)
-            .build();
+        let query_state = distributed(
+            SessionStateBuilder::new_from_existing(base_state.clone())
+                .with_config(session_config(&config, "default"))
+                .with_runtime_env(planning_runtime),
+            distribution.as_ref(),
+            &source,
+        )
+        .build();
         Ok(QueryEngine {
             inner: Arc::new(Shared {
                 source,
@@ -174,6 +196,8 @@ impl QueryEngine {
                 base_runtime,
                 admission: Admission::new(config.concurrency_max, config.queue_max),
                 pg_catalogs,
+                distribution,
+                base_state,
                 node_memory: Arc::new(NodeMemory::new(config.node_memory_bytes_max)),
                 runtime: QueryRuntime::new(config.threads, config.thread_nice)?,
                 config,
@@ -364,7 +388,8 @@ impl QueryEngine {
             return Ok(state);
         }
         let source = source.unwrap_or_else(|| Arc::clone(&self.inner.source));
-        let mut catalog = QuiverCatalog::new(source, access.clone());
+        let mut catalog = QuiverCatalog::new(source, access.clone())
+            .scanning_at_members(self.inner.distribution.is_some());
         if access.has_pg_catalog() {
             let pg_catalog = self
                 .inner
@@ -374,12 +399,14 @@ impl QueryEngine {
         }
         let catalogs = MemoryCatalogProviderList::new();
         catalogs.register_catalog(CATALOG_NAME.to_string(), Arc::new(catalog));
-        Ok(
+        Ok(distributed(
             SessionStateBuilder::new_from_existing(self.inner.query_state.clone())
                 .with_config(session_config(&self.inner.config, database))
-                .with_catalog_list(Arc::new(catalogs) as Arc<dyn CatalogProviderList>)
-                .build(),
+                .with_catalog_list(Arc::new(catalogs) as Arc<dyn CatalogProviderList>),
+            self.inner.distribution.as_ref(),
+            &self.inner.source,
         )
+        .build())
     }
 
     /// Per-query runtime environment: its memory pool, no spilling, and an object store
@@ -390,6 +417,43 @@ impl QueryEngine {
             &self.inner.source,
             Arc::clone(pool) as Arc<dyn MemoryPool>,
         )
+    }
+}
+
+impl QueryEngine {
+    /// Serves, on `listener`, the stages other nodes send to run here (scans of the
+    /// groups this node holds), on the query runtime and under one query's memory
+    /// limit, counted in the node's. Calls without the cluster secret are refused
+    /// before anything is decoded. Does nothing without a distribution.
+    pub fn serve_worker(&self, listener: std::net::TcpListener) -> Result<(), Error> {
+        let Some(distribution) = &self.inner.distribution else {
+            return Ok(());
+        };
+        let pool = Arc::new(QueryMemoryPool::new(
+            self.inner.config.memory_bytes_max,
+            Arc::clone(&self.inner.node_memory),
+        ));
+        let worker = crate::distributed::worker(
+            &self.inner.base_state,
+            distribution,
+            &self.inner.source,
+            self.runtime_env(&pool)?,
+            self.inner.config.group_runs,
+        );
+        let handle = self.inner.runtime.handle().clone();
+        crate::distributed::serve(worker, listener, distribution.secret.clone(), &handle)
+    }
+}
+
+/// `builder` with what sends stages to other nodes, when the node has a distribution.
+fn distributed(
+    builder: SessionStateBuilder,
+    distribution: Option<&Distribution>,
+    source: &Arc<dyn TableSource>,
+) -> SessionStateBuilder {
+    match distribution {
+        Some(d) => crate::distributed::coordinator(builder, d, source),
+        None => builder,
     }
 }
 
@@ -451,5 +515,8 @@ fn physical_rules(group_runs: bool) -> Vec<Arc<dyn PhysicalOptimizerRule + Send 
         rules.push(Arc::new(crate::collapse_runs::CollapseRunsBeforeDistinct));
         rules.push(Arc::new(crate::run_aggregate::PartialAggregateOverRuns));
     }
+    // Last: it cuts the settled plan into stages (only plans that scan a measurement
+    // held elsewhere, which only a distributed engine plans).
+    rules.push(Arc::new(crate::distributed::ScanWhereTheDataIs));
     rules
 }

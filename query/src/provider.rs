@@ -82,7 +82,7 @@ impl MeasurementTable {
         MeasurementTable { snapshot, schema }
     }
 
-    fn plan_scan(
+    pub(crate) fn plan_scan(
         &self,
         state: &dyn Session,
         projection: Option<&Vec<usize>>,
@@ -440,7 +440,7 @@ fn delete_matches(predicate: &DeletePredicate, schema: &SchemaRef) -> Expr {
 /// the Parquet reader decodes dictionary pages of `Utf8` columns (how files record tags)
 /// straight into views. Measured on 20 M rows, `GROUP BY host`: dictionary 537 ms,
 /// `Utf8` 304 ms (cast from dictionaries), views: see `docs/benchmarks.md`.
-fn plain_strings_schema(schema: &SchemaRef) -> SchemaRef {
+pub(crate) fn plain_strings_schema(schema: &SchemaRef) -> SchemaRef {
     Arc::new(with_tags_as(schema, &DataType::Utf8View))
 }
 

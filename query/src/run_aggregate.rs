@@ -121,6 +121,13 @@ pub(crate) struct RunPartialAggregateExec {
 }
 
 impl RunPartialAggregateExec {
+    /// The plain [`AggregateExec`] this replaced, over the current input: what a stage
+    /// shipped to another node carries (the node applies this rule again).
+    pub(crate) fn replaced(&self) -> Result<Arc<dyn ExecutionPlan>> {
+        let options = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+        Arc::clone(&self.aggregate).replace_children(vec![Arc::clone(&self.input)], options)
+    }
+
     /// Replaces `aggregate`, which must be an eligible partial [`AggregateExec`].
     pub(crate) fn new(aggregate: Arc<dyn ExecutionPlan>) -> Result<Self> {
         let Some(exec) = aggregate.downcast_ref::<AggregateExec>() else {

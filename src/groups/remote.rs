@@ -6,6 +6,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use arrow::datatypes::SchemaRef;
 use parking_lot::RwLock;
 use quiver_raft::{CommandResult, GroupId, LeaderRequest, PeerClient, PeerError, WriteError};
 use quiver_storage::{TableSnapshot, TableSnapshotWire};
@@ -37,6 +38,9 @@ pub struct TableRequest {
     pub database: String,
     /// Measurement.
     pub measurement: String,
+    /// Only the schema: no rows and no files (planning a scan that runs on a member).
+    #[serde(default)]
+    pub schema_only: bool,
 }
 
 /// One table of a group, as its catalog lists it.
@@ -228,6 +232,7 @@ impl RemoteGroup {
         let request = TableRequest {
             database: database.to_string(),
             measurement: measurement.to_string(),
+            schema_only: false,
         };
         let answer: Result<Option<TableSnapshotWire>, String> = self
             .call(paths::TABLE, &request, Retry::Any)
@@ -241,6 +246,43 @@ impl RemoteGroup {
         })?;
         wire.map(|w| w.into_snapshot(&group_component(self.id)))
             .transpose()
+    }
+
+    /// A table's schema from a member, without its rows or files.
+    pub async fn schema(
+        &self,
+        database: &str,
+        measurement: &str,
+    ) -> quiver_storage::Result<Option<SchemaRef>> {
+        let request = TableRequest {
+            database: database.to_string(),
+            measurement: measurement.to_string(),
+            schema_only: true,
+        };
+        let answer: Result<Option<TableSnapshotWire>, String> = self
+            .call(paths::TABLE, &request, Retry::Any)
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        let wire = answer.map_err(|e| {
+            quiver_storage::Error::GroupUnreachable(format!(
+                "group {} could not give the schema of {database}.{measurement}: {e}",
+                self.id
+            ))
+        })?;
+        Ok(wire
+            .map(|w| w.into_snapshot(&group_component(self.id)))
+            .transpose()?
+            .map(|s| s.schema))
+    }
+
+    /// The members' node ids, the one that answered this node last first: where a
+    /// query sends a scan of this group.
+    pub fn members_preferred(&self) -> Vec<u64> {
+        let count = self.members.len();
+        let first = self.preferred.load(Ordering::Relaxed) % count.max(1);
+        (0..count)
+            .map(|step| self.members[(first + step) % count].0)
+            .collect()
     }
 
     /// Bytes of one of the group's files.

@@ -3,9 +3,10 @@
 
 use std::sync::Arc;
 
+use arrow::datatypes::SchemaRef;
 use object_store::ObjectStore;
 use quiver_raft::GroupId;
-use quiver_storage::{TableSnapshot, TableSource};
+use quiver_storage::{HeldElsewhere, TableSnapshot, TableSource};
 
 use futures::future::BoxFuture;
 
@@ -121,6 +122,34 @@ impl TableSource for GroupsSource {
 
     fn object_store(&self) -> Arc<dyn ObjectStore> {
         Arc::clone(&self.store)
+    }
+
+    fn held_elsewhere(&self, database: &str, measurement: &str) -> Option<HeldElsewhere> {
+        match self.groups.route(database, measurement) {
+            Route::Local(_) => None,
+            Route::Remote(remote) => Some(HeldElsewhere {
+                group: u64::from(remote.id()),
+                members: remote.members_preferred(),
+            }),
+        }
+    }
+
+    fn fetch_schema(
+        &self,
+        database: &str,
+        measurement: &str,
+    ) -> BoxFuture<'static, quiver_storage::Result<Option<SchemaRef>>> {
+        match self.groups.route(database, measurement) {
+            Route::Local(_) => {
+                let schema = self.table(database, measurement).map(|s| s.schema);
+                Box::pin(std::future::ready(Ok(schema)))
+            }
+            Route::Remote(remote) => {
+                let remote = Arc::clone(remote);
+                let (database, measurement) = (database.to_string(), measurement.to_string());
+                Box::pin(async move { remote.schema(&database, &measurement).await })
+            }
+        }
     }
 }
 

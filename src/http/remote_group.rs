@@ -89,7 +89,14 @@ pub async fn table(
             Ok(r) => r,
             Err(response) => return response,
         };
-    let snapshot = group.storage.table(&request.database, &request.measurement);
+    let mut snapshot = group.storage.table(&request.database, &request.measurement);
+    if request.schema_only {
+        if let Some(s) = snapshot.as_mut() {
+            s.memory.clear();
+            s.files = quiver_storage::SnapshotFiles::Listed(Vec::new());
+            s.tombstones.clear();
+        }
+    }
     let answer: Result<Option<TableSnapshotWire>, String> = snapshot
         .map(|s| TableSnapshotWire::from_snapshot(&s))
         .transpose()

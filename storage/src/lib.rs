@@ -83,7 +83,8 @@ pub use store::{
     UnaccountedFiles, View, ViewSource,
 };
 pub use table::{
-    resolve_name, ParquetFileRef, SnapshotFiles, TableFiles, TableSnapshot, TableSource,
+    resolve_name, HeldElsewhere, ParquetFileRef, SnapshotFiles, TableFiles, TableSnapshot,
+    TableSource,
 };
 pub use table_state::{held_bytes, Buffered, Frozen};
 pub use table_wire::{FileWire, TableSnapshotWire};

@@ -259,6 +259,32 @@ pub trait TableSource: Send + Sync + 'static {
     }
     /// The object store holding the Parquet files named by [`ParquetFileRef::path`].
     fn object_store(&self) -> Arc<dyn object_store::ObjectStore>;
+    /// The nodes holding the measurement when this node does not (a data group placed
+    /// elsewhere), so that a query can run its scan there instead of pulling the rows
+    /// here. `None` when the rows are read on this node.
+    fn held_elsewhere(&self, _database: &str, _measurement: &str) -> Option<HeldElsewhere> {
+        None
+    }
+    /// The measurement's schema alone, for planning a scan that runs on another node:
+    /// no rows cross the network. Sources that hold every table answer from a snapshot.
+    fn fetch_schema(
+        &self,
+        database: &str,
+        measurement: &str,
+    ) -> futures::future::BoxFuture<'static, crate::Result<Option<SchemaRef>>> {
+        let fetch = self.fetch_table(database, measurement);
+        Box::pin(async move { Ok(fetch.await?.map(|s| s.schema)) })
+    }
+}
+
+/// Where a measurement held by other nodes lives: its data group and that group's
+/// members, the one to ask first leading.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldElsewhere {
+    /// The data group holding the measurement.
+    pub group: u64,
+    /// Node ids of the group's members, the preferred one first.
+    pub members: Vec<u64>,
 }
 
 /// The exact name if present in `names`, else the only name equal to it ignoring ASCII

@@ -13,6 +13,7 @@ mod console;
 mod crash;
 mod decode_memory;
 mod disk_full;
+mod distributed;
 mod flight;
 mod flood;
 mod groups;

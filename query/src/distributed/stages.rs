@@ -1,0 +1,158 @@
+//! Where each part of a plan runs: the operators right above a measurement held by
+//! other nodes run on one of those nodes, the rest here.
+//!
+//! For every [`GroupScanExec`], the longest chain of one-input operators above it
+//! (filters, projections, partial aggregates, sorts, limits; see [`runs_at_the_data`])
+//! becomes a stage of one task, below a `NetworkCoalesceExec`; the plan is wrapped in
+//! datafusion-distributed's `DistributedExec`, which sends each stage to the node the
+//! routing handler (`routing`) names and streams its output back.
+//!
+//! Why not datafusion-distributed's own planner: it sizes stages by file bytes and
+//! spreads a leaf's files over tasks, then removes a boundary between one task and one
+//! task. A Quiver measurement lives in one group, read through one consistent snapshot
+//! on one replica, so its stage has exactly one task, which that planner would fold
+//! back into the receiving node. This rule places the boundaries itself, through the
+//! library's public nodes, and leaves execution, transport and cancellation to it.
+
+use std::sync::Arc;
+
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::config::ConfigOptions;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::aggregates::AggregateExec;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::limit::{GlobalLimitExec, LocalLimitExec};
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
+use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ReplaceChildrenOptions};
+use datafusion_distributed::{DistributedExec, NetworkBoundary, NetworkCoalesceExec, Stage};
+use uuid::Uuid;
+
+use super::group_scan::GroupScanExec;
+use crate::run_aggregate::RunPartialAggregateExec;
+
+/// Runs the operators above a remote measurement's scan on a member of its group.
+#[derive(Debug, Default)]
+pub struct ScanWhereTheDataIs;
+
+impl PhysicalOptimizerRule for ScanWhereTheDataIs {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let mut remote = false;
+        plan.apply(|node| {
+            remote |= node.is::<GroupScanExec>();
+            Ok(if remote {
+                TreeNodeRecursion::Stop
+            } else {
+                TreeNodeRecursion::Continue
+            })
+        })?;
+        if !remote || plan.is::<DistributedExec>() {
+            return Ok(plan);
+        }
+        let mut stages = Stages {
+            query_id: Uuid::new_v4(),
+            next: 1,
+        };
+        let placed = stages.place(plan)?;
+        Ok(Arc::new(DistributedExec::new(placed)))
+    }
+
+    fn name(&self) -> &str {
+        "scan_where_the_data_is"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+struct Stages {
+    query_id: Uuid,
+    next: usize,
+}
+
+impl Stages {
+    /// `node` with every maximal chain above a remote scan made a stage of its own.
+    fn place(&mut self, node: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+        if chain_to_scan(&node) {
+            return self.boundary(node);
+        }
+        let children: Vec<Arc<dyn ExecutionPlan>> =
+            node.children().into_iter().map(Arc::clone).collect();
+        if children.is_empty() {
+            return Ok(node);
+        }
+        let placed = children
+            .into_iter()
+            .map(|child| self.place(child))
+            .collect::<Result<Vec<_>>>()?;
+        node.replace_children(
+            placed,
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )
+    }
+
+    /// `stage` run as one task elsewhere, its output read here.
+    fn boundary(&mut self, stage: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+        let coalesce = NetworkCoalesceExec::try_new(shippable(stage)?, 1, 1)?;
+        let Stage::Local(mut local) = coalesce.input_stage().clone() else {
+            return Err(DataFusionError::Internal(
+                "a new network boundary holds a remote stage".into(),
+            ));
+        };
+        // What the library's own planner stamps on the stages it keeps.
+        local.query_id = self.query_id;
+        local.num = self.next;
+        self.next += 1;
+        let placed = coalesce.with_input_stage(Stage::Local(local))?;
+        Ok(placed as Arc<dyn ExecutionPlan>)
+    }
+}
+
+/// Whether `node` and everything below it can run on the scanned measurement's node:
+/// a chain of one-input operators [`runs_at_the_data`] ending in a [`GroupScanExec`].
+fn chain_to_scan(node: &Arc<dyn ExecutionPlan>) -> bool {
+    if node.is::<GroupScanExec>() {
+        return true;
+    }
+    let children = node.children();
+    runs_at_the_data(node) && children.len() == 1 && chain_to_scan(children[0])
+}
+
+/// Operators a stage may carry: DataFusion's own, which its codec ships, over one
+/// input. Since a stage holds a whole measurement, even a final aggregate or a sort
+/// over all its partitions is correct there.
+fn runs_at_the_data(node: &Arc<dyn ExecutionPlan>) -> bool {
+    node.is::<FilterExec>()
+        || node.is::<ProjectionExec>()
+        || node.is::<AggregateExec>()
+        || node.is::<RunPartialAggregateExec>()
+        || node.is::<RepartitionExec>()
+        || node.is::<CoalescePartitionsExec>()
+        || node.is::<SortExec>()
+        || node.is::<SortPreservingMergeExec>()
+        || node.is::<LocalLimitExec>()
+        || node.is::<GlobalLimitExec>()
+}
+
+/// `stage` with Quiver's own operators replaced by the DataFusion ones they stand for
+/// (the node running the stage applies Quiver's rules again).
+fn shippable(stage: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    use datafusion::common::tree_node::{Transformed, TransformedResult};
+    stage
+        .transform_up(
+            |node| match node.downcast_ref::<RunPartialAggregateExec>() {
+                Some(runs) => Ok(Transformed::yes(runs.replaced()?)),
+                None => Ok(Transformed::no(node)),
+            },
+        )
+        .data()
+}

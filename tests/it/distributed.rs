@@ -1,0 +1,214 @@
+//! Queries that run where the data is (docs/ARCHITECTURE.md "Distributed queries"):
+//! with data groups placed on some nodes and `cluster.query_workers` set, a query's
+//! scan of a measurement held elsewhere, with the filters and partial aggregates above
+//! it, runs on a member of its group; the node the query came to merges. Answers are
+//! the same on every node and with a member of each group killed.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::cluster_support::{specs, start};
+use crate::common::{free_port, Node};
+
+const MEASUREMENTS: usize = 8;
+const HOSTS: usize = 10;
+const BATCHES: usize = 12;
+
+/// Batch `batch`: `HOSTS` rows of every measurement.
+fn body(batch: usize) -> String {
+    let mut out = String::new();
+    for m in 0..MEASUREMENTS {
+        for h in 0..HOSTS {
+            let t = 1_700_000_000_000_000_000i64 + (batch * HOSTS + h) as i64 * 1_000_000_000;
+            let v = (batch * 7 + h * 3 + m) as f64 / 4.0;
+            out.push_str(&format!("m{m},host=h{h} v={v},n={batch}i {t}\n"));
+        }
+    }
+    out
+}
+
+/// An aggregation per measurement as `node` answers it (rows as JSON text).
+async fn answers(node: &Node) -> Result<BTreeMap<usize, String>, String> {
+    let mut out = BTreeMap::new();
+    for m in 0..MEASUREMENTS {
+        let sql = format!(
+            "SELECT host, count(*), sum(v), avg(v), min(n), max(n) FROM m{m} \
+             WHERE n >= 2 GROUP BY host ORDER BY host"
+        );
+        let (status, answer) = node.query("db", &sql).await;
+        if status != 200 {
+            return Err(format!("m{m}: {status} {answer}"));
+        }
+        out.insert(m, answer["data"].to_string());
+    }
+    Ok(out)
+}
+
+/// What every node must answer for measurement `m`.
+fn expected(m: usize) -> Vec<(String, i64, f64, i64, i64)> {
+    (0..HOSTS)
+        .map(|h| {
+            let values: Vec<f64> = (2..BATCHES)
+                .map(|b| (b * 7 + h * 3 + m) as f64 / 4.0)
+                .collect();
+            (
+                format!("h{h}"),
+                values.len() as i64,
+                values.iter().sum(),
+                2,
+                BATCHES as i64 - 1,
+            )
+        })
+        .collect()
+}
+
+/// Whether `answer` (JSON rows) is what measurement `m` holds.
+fn right(m: usize, answer: &str) -> bool {
+    let rows: Vec<Vec<Value>> = serde_json::from_str(answer).unwrap_or_default();
+    rows.len() == HOSTS
+        && rows.iter().zip(expected(m)).all(|(r, e)| {
+            r[0].as_str() == Some(e.0.as_str())
+                && r[1].as_i64() == Some(e.1)
+                && (r[2].as_f64().unwrap_or(f64::NAN) - e.2).abs() < 1e-9
+                && r[4].as_i64() == Some(e.3)
+                && r[5].as_i64() == Some(e.4)
+        })
+}
+
+fn plan_text(rows: &[Vec<Value>]) -> String {
+    rows.iter()
+        .map(|r| {
+            r.iter()
+                .map(|v| v.as_str().unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scans_of_groups_held_elsewhere_run_on_their_members_and_answer_the_same_everywhere() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let worker_ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
+    let workers = worker_ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("{}=http://127.0.0.1:{p}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    let env = [
+        ("QUIVER_CLUSTER_DATA_GROUPS", "4".to_string()),
+        ("QUIVER_CLUSTER_REPLICATION", "2".to_string()),
+        ("QUIVER_CLUSTER_QUERY_WORKERS", workers),
+        ("QUIVER_STORAGE_FLUSH_AGE_MS", "500".to_string()),
+    ];
+    let specs: Vec<_> = specs(dir.path(), 4, &env)
+        .into_iter()
+        .zip(&worker_ports)
+        .map(|(spec, port)| {
+            spec.with(
+                "QUIVER_CLUSTER_QUERY_WORKER_ADDR",
+                format!("127.0.0.1:{port}"),
+            )
+        })
+        .collect();
+    let mut nodes = start(specs).await;
+    for batch in 0..BATCHES {
+        let node = &nodes[batch % nodes.len()];
+        let (status, answer) = node.write_lp("/write?db=db", &body(batch)).await;
+        assert_eq!(status, 204, "batch {batch}: {answer}\n{}", node.log_tail());
+    }
+
+    // Node 1 holds two of the four groups: the plans of the others' measurements scan
+    // on a member (a stage behind a network boundary, the partial aggregate in it).
+    let mut remote = 0;
+    for m in 0..MEASUREMENTS {
+        let plan = plan_text(
+            &nodes[0]
+                .rows(
+                    "db",
+                    &format!("EXPLAIN SELECT host, avg(v) FROM m{m} GROUP BY host"),
+                )
+                .await,
+        );
+        if plan.contains("GroupScanExec") {
+            remote += 1;
+            assert!(plan.contains("NetworkCoalesceExec"), "{plan}");
+            assert!(plan.contains("DistributedExec"), "{plan}");
+            let stage = &plan[plan.find("NetworkCoalesceExec").unwrap_or(0)..];
+            assert!(
+                stage.contains("mode=Partial"),
+                "partial aggregate at the data: {plan}"
+            );
+        } else {
+            assert!(!plan.contains("NetworkCoalesceExec"), "{plan}");
+        }
+    }
+    assert!(
+        (1..MEASUREMENTS).contains(&remote),
+        "node 1 holds some groups and not others: {remote} of {MEASUREMENTS} remote"
+    );
+
+    // Every node answers every aggregation, the same, and right; some stages ran on
+    // nodes other than the one asked.
+    let mut first: Option<BTreeMap<usize, String>> = None;
+    for node in &nodes {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let got = loop {
+            let last = answers(node).await;
+            if let Ok(a) = &last {
+                if (0..MEASUREMENTS).all(|m| right(m, &a[&m])) {
+                    break a.clone();
+                }
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} never answered right: {last:?}\n{}",
+                node.url,
+                node.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        match &first {
+            None => first = Some(got),
+            Some(f) => assert_eq!(f, &got, "answers differ between nodes"),
+        }
+    }
+    let mut stages_run = 0.0;
+    for node in &nodes {
+        stages_run += node
+            .metric("quiver_query_stages_run_for_other_nodes_total")
+            .await;
+    }
+    assert!(
+        stages_run >= 1.0,
+        "no stage ran on another node ({stages_run})"
+    );
+
+    // After flushes, the members read their files for the others too.
+    nodes[0]
+        .wait_for("files flushed", Duration::from_secs(60), || async {
+            nodes[0].metric("quiver_flush_segments_total").await >= 1.0
+        })
+        .await;
+    let before = first.clone().unwrap_or_default();
+    assert_eq!(answers(&nodes[0]).await.as_ref(), Ok(&before));
+
+    // Node 2 killed: every group still has a member, and the others' answers come back
+    // the same once they have moved to it.
+    nodes[1].kill();
+    for i in [0, 2, 3] {
+        let node = &nodes[i];
+        node.wait_for(
+            "answers without node 2",
+            Duration::from_secs(30),
+            || async { answers(node).await.as_ref() == Ok(&before) },
+        )
+        .await;
+    }
+    nodes[1].kill();
+    drop(nodes);
+}
