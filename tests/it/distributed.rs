@@ -42,6 +42,25 @@ async fn answers(node: &Node) -> Result<BTreeMap<usize, String>, String> {
             return Err(format!("m{m}: {status} {answer}"));
         }
         out.insert(m, answer["data"].to_string());
+        // Without ORDER BY the stage's partitions reach the client unmerged by a sort.
+        let unordered = format!("SELECT host, count(*) FROM m{m} WHERE n >= 2 GROUP BY host");
+        let (status, answer) = node.query("db", &unordered).await;
+        if status != 200 {
+            return Err(format!("m{m} unordered: {status} {answer}"));
+        }
+        let mut rows: Vec<String> = answer["data"]
+            .as_array()
+            .map(|rows| rows.iter().map(Value::to_string).collect())
+            .unwrap_or_default();
+        rows.sort();
+        let counts: Vec<String> = (0..HOSTS)
+            .map(|h| format!("[\"h{h}\",{}]", BATCHES - 2))
+            .collect();
+        let mut counts = counts;
+        counts.sort();
+        if rows != counts {
+            return Err(format!("m{m} unordered: {rows:?}"));
+        }
     }
     Ok(out)
 }

@@ -28,7 +28,9 @@ use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
-use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ReplaceChildrenOptions};
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, ExecutionPlan, ExecutionPlanProperties, ReplaceChildrenOptions,
+};
 use datafusion_distributed::{DistributedExec, NetworkBoundary, NetworkCoalesceExec, Stage};
 use uuid::Uuid;
 
@@ -61,7 +63,12 @@ impl PhysicalOptimizerRule for ScanWhereTheDataIs {
             query_id: Uuid::new_v4(),
             next: 1,
         };
-        let placed = stages.place(plan)?;
+        let mut placed = stages.place(plan)?;
+        // `DistributedExec` runs its plan as one partition (the library's own planner
+        // coalesces the same way).
+        if placed.output_partitioning().partition_count() > 1 {
+            placed = Arc::new(CoalescePartitionsExec::new(placed));
+        }
         Ok(Arc::new(DistributedExec::new(placed)))
     }
 
