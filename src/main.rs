@@ -18,6 +18,7 @@ mod http;
 mod node;
 mod pg;
 mod restore_cli;
+mod scram;
 mod telemetry;
 mod tls;
 mod token_cli;
