@@ -12,7 +12,7 @@
 //! | Float64 | float8 | |
 //! | Utf8, LargeUtf8, Utf8View | text | |
 //! | Binary, LargeBinary, BinaryView | bytea | |
-//! | Timestamp without / with time zone | timestamp / timestamptz | microseconds: Postgres's precision; nanoseconds are cut |
+//! | Timestamp (with or without a zone) | timestamptz | UTC instants (Quiver's `time` is UTC by convention); microseconds: Postgres's precision, nanoseconds are cut |
 //! | Date32, Date64 | date | |
 //! | anything else (decimals, intervals, lists, ...) | text | Arrow's display of the value |
 //!
@@ -50,8 +50,10 @@ pub fn pg_type(data_type: &DataType) -> Type {
         DataType::Float16 | DataType::Float32 => Type::FLOAT4,
         DataType::Float64 => Type::FLOAT8,
         DataType::Binary | DataType::LargeBinary | DataType::BinaryView => Type::BYTEA,
-        DataType::Timestamp(_, None) => Type::TIMESTAMP,
-        DataType::Timestamp(_, Some(_)) => Type::TIMESTAMPTZ,
+        // Quiver's timestamps are UTC instants with no zone attached: clients get
+        // them as `timestamptz`, so psycopg, asyncpg and pgjdbc hand out zone-aware
+        // values instead of wall-clock times they would read in their local zone.
+        DataType::Timestamp(_, _) => Type::TIMESTAMPTZ,
         DataType::Date32 | DataType::Date64 => Type::DATE,
         DataType::Dictionary(_, values) => pg_type(values),
         _ => Type::TEXT,

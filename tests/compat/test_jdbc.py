@@ -50,7 +50,10 @@ def metadata_class(tmp_path_factory) -> Path:
 def run_java(node, classes: Path, db: str, table: str, user: str, password: str):
     url = f"jdbc:postgresql://{node.host}:{node.pg_port}/{db}?sslmode=disable"
     return subprocess.run(
-        ["java", "-cp", f"{JAR}:{classes}", "MetaData", url, user, password, table],
+        # A JVM zone other than UTC: a `timestamp` would then be read as Paris wall
+        # time, a `timestamptz` stays the instant it is.
+        ["java", "-Duser.timezone=Europe/Paris", "-cp", f"{JAR}:{classes}", "MetaData",
+         url, user, password, table],
         capture_output=True,
         text=True,
         timeout=120,
@@ -87,7 +90,7 @@ def test_pgjdbc_database_metadata_and_an_aggregation(node, db, metadata_class):
     assert columns["usage"][2:4] == ["float8", "8"], columns
     assert columns["count"][2:4] == ["int8", "-5"], columns
     assert columns["host"][2:4] == ["text", "12"], columns
-    assert columns["time"][2] in ("timestamp", "timestamptz"), columns
+    assert columns["time"][2] == "timestamptz", columns
     assert columns["time"][3] in ("93", "2014"), columns
     assert sorted(int(c[4]) for c in out["column"]) == [1, 2, 3, 4]
 
@@ -97,6 +100,8 @@ def test_pgjdbc_database_metadata_and_an_aggregation(node, db, metadata_class):
 
     assert out["result_columns"] == [["host", "count", "avg"]]
     assert out["row"] == [["a", "2", "0.5"], ["b", "1", "1.5"]]
+    # getTimestamp and getObject(OffsetDateTime) give the instant written (T0_NS).
+    assert out["time"] == [["2023-11-14T22:13:20Z", "2023-11-14T22:13:20Z"]], out["time"]
 
 
 def scram_logins(node) -> float:

@@ -49,6 +49,16 @@ public class MetaData {
                     print("type", rs.getString("TYPE_NAME"), String.valueOf(rs.getInt("DATA_TYPE")));
                 }
             }
+            // The first row's time, read as JDBC tools read it: getTimestamp (the
+            // instant, whatever the JVM's zone) and getObject as OffsetDateTime (what
+            // pgjdbc allows for timestamptz only).
+            String first = "SELECT time FROM " + table + " ORDER BY time LIMIT 1";
+            try (Statement st = conn.createStatement(); ResultSet rs = st.executeQuery(first)) {
+                while (rs.next()) {
+                    print("time", rs.getTimestamp(1).toInstant().toString(),
+                          rs.getObject(1, java.time.OffsetDateTime.class).toInstant().toString());
+                }
+            }
             String sql = "SELECT host, count(*), avg(usage) FROM " + table
                 + " GROUP BY host ORDER BY host";
             try (Statement st = conn.createStatement(); ResultSet rs = st.executeQuery(sql)) {
