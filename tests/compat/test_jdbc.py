@@ -94,6 +94,9 @@ def test_pgjdbc_database_metadata_and_an_aggregation(node, db, metadata_class):
     assert columns["time"][3] in ("93", "2014"), columns
     assert sorted(int(c[4]) for c in out["column"]) == [1, 2, 3, 4]
 
+    # getPrimaryKeys and getIndexInfo: no rows (Quiver has neither), no error.
+    assert out["keys"] == [["0", "0"]], out.get("keys")
+
     types = {t[0]: int(t[1]) for t in out["type"]}
     assert types.get("int8") == -5 and types.get("float8") == 8, out["type"][:20]
     assert types.get("text") == 12 and types.get("bool") in (-7, 16), out["type"][:20]

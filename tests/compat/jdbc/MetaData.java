@@ -44,6 +44,21 @@ public class MetaData {
                           String.valueOf(rs.getInt("ORDINAL_POSITION")));
                 }
             }
+            // No keys or indexes in Quiver: empty results, not errors (DBeaver's
+            // table view asks for both).
+            int keys = 0;
+            try (ResultSet rs = meta.getPrimaryKeys(null, null, table)) {
+                while (rs.next()) {
+                    keys++;
+                }
+            }
+            int indexes = 0;
+            try (ResultSet rs = meta.getIndexInfo(null, null, table, false, true)) {
+                while (rs.next()) {
+                    indexes++;
+                }
+            }
+            print("keys", String.valueOf(keys), String.valueOf(indexes));
             try (ResultSet rs = meta.getTypeInfo()) {
                 while (rs.next()) {
                     print("type", rs.getString("TYPE_NAME"), String.valueOf(rs.getInt("DATA_TYPE")));
