@@ -88,16 +88,20 @@ def test_pandas_read_sql_runs_an_aggregation(node, sa_db):
     assert str(frame["max"].dt.tz) == "UTC", frame.dtypes
 
 
-def test_keys_and_indexes_reflect_as_none(node, sa_db):
+def test_keys_and_indexes_reflect_as_none_and_read_sql_table_works(node, sa_db):
     """Quiver has no primary keys, indexes or unique constraints: the inspector says
     so (its queries expand `pg_index.indkey`, answered with no rows) instead of
-    failing."""
+    failing, so `pandas.read_sql_table`, which reflects them, reads a measurement."""
     engine = engine_for(node, sa_db)
     inspector = sa.inspect(engine)
     pk = inspector.get_pk_constraint("cpu")
     assert pk["constrained_columns"] == [] and pk["name"] is None, pk
     assert inspector.get_indexes("cpu") == []
     assert inspector.get_unique_constraints("cpu") == []
+
+    frame = pd.read_sql_table("cpu", engine, schema=sa_db)
+    assert sorted(frame.columns) == ["count", "host", "time", "usage"]
+    assert sorted(frame["usage"].tolist()) == [0.25, 0.75, 1.5]
 
 
 def scoped_token(node, databases: list[str]) -> str:
