@@ -21,7 +21,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use axum::http::HeaderMap;
 use quiver_query::QueryAccess;
-use quiver_storage::Storage;
+use quiver_storage::{ScramSecret, Storage};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -33,6 +33,24 @@ struct StoredToken {
     name: String,
     sha256: String,
     permissions: Vec<Permission>,
+    /// The SCRAM verifier, derived when the secret was known in clear (absent in
+    /// tables written before Quiver kept one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    scram: Option<ScramSecret>,
+}
+
+/// The Postgres user name that logs in with the bootstrap token by SCRAM (replicated
+/// tokens use their id, which is hex and never this).
+pub const BOOTSTRAP_USER: &str = "bootstrap";
+
+/// What the Postgres door needs to check a SCRAM login: the verifier, and the token's
+/// hash to check its permissions with once the proof holds.
+#[derive(Debug, Clone)]
+pub struct ScramLogin {
+    /// The token's SCRAM verifier.
+    pub secret: ScramSecret,
+    /// The token's SHA-256 (hex), as [`Auth::check_hash`] takes it.
+    pub token_sha256: String,
 }
 
 /// Why a request was refused.
@@ -50,6 +68,8 @@ pub struct Auth {
     enabled: bool,
     tokens: HashMap<String, Vec<Permission>>,
     replicated: Option<Arc<Storage>>,
+    /// The bootstrap token's SCRAM login (user [`BOOTSTRAP_USER`]), when known.
+    bootstrap_scram: Option<ScramLogin>,
 }
 
 /// What a checked request may touch: all databases, or a token's list.
@@ -99,6 +119,7 @@ impl Auth {
             enabled: false,
             tokens: HashMap::new(),
             replicated: None,
+            bootstrap_scram: None,
         }
     }
 
@@ -109,6 +130,9 @@ impl Auth {
     }
 
     /// Loads the token table from `data_dir/auth`, adding the bootstrap admin token.
+    /// Whenever the bootstrap secret is known in clear (given, or generated now) and
+    /// its entry has no SCRAM verifier yet, one is derived and stored: a table written
+    /// before verifiers existed gains one at the next start with the token set.
     pub fn open(data_dir: &Path, bootstrap: Option<String>) -> Result<Auth> {
         let dir = data_dir.join("auth");
         std::fs::create_dir_all(&dir).with_context(|| format!("auth dir {}", dir.display()))?;
@@ -123,13 +147,27 @@ impl Auth {
         match bootstrap.filter(|t| !t.is_empty()) {
             Some(token) => {
                 let h = hash(&token);
-                if !stored.iter().any(|t| t.sha256 == h) {
-                    stored.push(StoredToken {
-                        name: "bootstrap".into(),
-                        sha256: h,
-                        permissions: vec![Permission::Admin],
-                    });
-                    changed = true;
+                match stored.iter_mut().find(|t| t.sha256 == h) {
+                    Some(entry) if entry.scram.is_some() => {}
+                    Some(entry) => {
+                        entry.scram = Some(crate::scram::derive(&token));
+                        changed = true;
+                    }
+                    None => {
+                        stored.push(StoredToken {
+                            name: BOOTSTRAP_USER.into(),
+                            sha256: h.clone(),
+                            permissions: vec![Permission::Admin],
+                            scram: Some(crate::scram::derive(&token)),
+                        });
+                        changed = true;
+                    }
+                }
+                // The given token is the one `bootstrap` logs in with, whatever
+                // older bootstrap tokens the table still holds.
+                if let Some(i) = stored.iter().position(|t| t.sha256 == h) {
+                    let entry = stored.remove(i);
+                    stored.push(entry);
                 }
             }
             None if stored.is_empty() => {
@@ -138,9 +176,10 @@ impl Auth {
                 write_private(&path, token.as_bytes())?;
                 tracing::warn!(path = %path.display(), "generated the first admin token; read it from this file");
                 stored.push(StoredToken {
-                    name: "bootstrap".into(),
+                    name: BOOTSTRAP_USER.into(),
                     sha256: hash(&token),
                     permissions: vec![Permission::Admin],
+                    scram: Some(crate::scram::derive(&token)),
                 });
                 changed = true;
             }
@@ -149,6 +188,14 @@ impl Auth {
         if changed {
             write_private(&file, &serde_json::to_vec_pretty(&stored)?)?;
         }
+        // The newest bootstrap entry with a verifier: the given token (moved last
+        // above), else the generated one.
+        let bootstrap_scram = stored.iter().rev().find_map(|t| {
+            t.scram.clone().map(|secret| ScramLogin {
+                secret,
+                token_sha256: t.sha256.clone(),
+            })
+        });
         let tokens = stored
             .into_iter()
             .map(|t| (t.sha256, t.permissions))
@@ -157,6 +204,7 @@ impl Auth {
             enabled: true,
             tokens,
             replicated: None,
+            bootstrap_scram,
         })
     }
 
@@ -204,13 +252,41 @@ impl Auth {
             return Ok(Grant::everything());
         }
         let token = token.ok_or(AuthError::Unauthenticated)?;
-        let hashed = hash(token);
+        self.check_hash(&hash(token), needed)
+    }
+
+    /// The SCRAM login of Postgres user `user`: a replicated token's id, or
+    /// [`BOOTSTRAP_USER`]; `None` when that names no token with a verifier (the door
+    /// then asks for a cleartext password).
+    pub fn scram_login(&self, user: &str) -> Option<ScramLogin> {
+        if !self.enabled {
+            return None;
+        }
+        if user == BOOTSTRAP_USER {
+            return self.bootstrap_scram.clone();
+        }
+        let storage = self.replicated.as_ref()?;
+        storage.with_policies(|p| {
+            let token = p.tokens.get(user)?;
+            Some(ScramLogin {
+                secret: token.scram.clone()?,
+                token_sha256: token.sha256.clone(),
+            })
+        })
+    }
+
+    /// Checks a token known by its SHA-256 (a SCRAM login, a session checked again)
+    /// for `needed`.
+    pub fn check_hash(&self, hashed: &str, needed: Permission) -> Result<Grant, AuthError> {
+        if !self.enabled {
+            return Ok(Grant::everything());
+        }
         let allows = |scopes: &[Permission]| {
             scopes
                 .iter()
                 .any(|p| *p == Permission::Admin || *p == needed)
         };
-        if let Some(scopes) = self.tokens.get(&hashed) {
+        if let Some(scopes) = self.tokens.get(hashed) {
             return if allows(scopes) {
                 Ok(Grant::everything())
             } else {
@@ -220,7 +296,7 @@ impl Auth {
         let Some(storage) = &self.replicated else {
             return Err(AuthError::Unauthenticated);
         };
-        storage.with_policies(|p| match p.token_by_hash(&hashed) {
+        storage.with_policies(|p| match p.token_by_hash(hashed) {
             None => Err(AuthError::Unauthenticated),
             Some(t) if !allows(&t.scopes) => Err(AuthError::Forbidden),
             Some(t) if t.scopes.contains(&Permission::Admin) => Ok(Grant::everything()),
@@ -326,6 +402,41 @@ mod tests {
             auth.check(&basic, None, Permission::Write),
             Err(AuthError::Unauthenticated)
         );
+    }
+
+    /// A table written before SCRAM verifiers existed: the bootstrap token keeps
+    /// working, and gains its verifier at the first start that is given it.
+    #[test]
+    fn a_bootstrap_token_stored_without_a_verifier_gains_one_when_given() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("auth")).unwrap();
+        let old = format!(
+            r#"[{{"name": "bootstrap", "sha256": "{}", "permissions": ["admin"]}}]"#,
+            hash("s3cret")
+        );
+        std::fs::write(dir.path().join("auth/tokens.json"), old).unwrap();
+
+        let without = Auth::open(dir.path(), None).unwrap();
+        assert!(without.scram_login(BOOTSTRAP_USER).is_none());
+        assert!(without
+            .check_token(Some("s3cret"), Permission::Admin)
+            .is_ok());
+
+        let with = Auth::open(dir.path(), Some("s3cret".into())).unwrap();
+        let login = with.scram_login(BOOTSTRAP_USER).expect("a verifier");
+        assert_eq!(login.token_sha256, hash("s3cret"));
+        assert_eq!(login.secret.iterations, crate::scram::SCRAM_ITERATIONS);
+        assert!(with.scram_login("quiver").is_none());
+        let stored = std::fs::read_to_string(dir.path().join("auth/tokens.json")).unwrap();
+        assert!(stored.contains("stored_key") && !stored.contains("s3cret"));
+
+        // Kept: a later start without the token still offers SCRAM.
+        let later = Auth::open(dir.path(), None).unwrap();
+        assert_eq!(
+            later.scram_login(BOOTSTRAP_USER).map(|l| l.secret),
+            Some(login.secret)
+        );
+        assert!(Auth::disabled().scram_login(BOOTSTRAP_USER).is_none());
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod node;
 mod pg;
 mod query_workers;
 mod restore_cli;
+mod scram;
 mod telemetry;
 mod tls;
 mod token_cli;

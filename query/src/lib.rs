@@ -31,6 +31,7 @@ mod memory;
 mod page_index_cache;
 mod pg_catalog;
 mod pg_functions;
+mod pg_no_indexes;
 mod pg_parse_ident;
 mod pg_session_functions;
 mod pg_sql;

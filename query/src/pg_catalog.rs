@@ -153,6 +153,33 @@ impl PgCatalogs {
     }
 }
 
+/// `schema` as the Postgres door sends its columns: timestamps without a zone (UTC
+/// instants in Quiver) as `timestamptz`, so `pg_attribute`, psql's `\d` and pgjdbc's
+/// `getColumns` name the type the door's results carry.
+fn as_postgres_types(schema: &SchemaRef) -> SchemaRef {
+    use datafusion::arrow::datatypes::{DataType, Schema};
+    if !schema
+        .fields()
+        .iter()
+        .any(|f| matches!(f.data_type(), DataType::Timestamp(_, None)))
+    {
+        return Arc::clone(schema);
+    }
+    let fields: Vec<_> = schema
+        .fields()
+        .iter()
+        .map(|f| match f.data_type() {
+            DataType::Timestamp(unit, None) => Arc::new(
+                f.as_ref()
+                    .clone()
+                    .with_data_type(DataType::Timestamp(*unit, Some("UTC".into()))),
+            ),
+            _ => Arc::clone(f),
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
 /// What the crate's tables list, for one connection: its catalogs are Postgres's
 /// databases (the ones the token reads); only the connection's database has schemas:
 /// itself, `pg_catalog` and `information_schema`; only the first holds tables.
@@ -229,7 +256,7 @@ impl CatalogInfo for DatabaseInfo {
         };
         Ok(database.table(table).await?.map(|t| {
             let schema = t.schema();
-            client_types::client_schema(&schema).unwrap_or(schema)
+            as_postgres_types(&client_types::client_schema(&schema).unwrap_or(schema))
         }))
     }
 

@@ -66,6 +66,13 @@ impl PgStatement {
             sql: sql.to_string(),
             names: Arc::from(Vec::new()),
         };
+        // Index and key lookups: Quiver has none, so their queries answer no rows.
+        if let Some(empty) = crate::pg_no_indexes::index_keys_answer(sql) {
+            return PgStatement {
+                sql: empty,
+                names: Arc::from(Vec::new()),
+            };
+        }
         let regproc_named = regproc_literals_to_names(sql);
         let Ok(mut statements) = PARSER.parse(regproc_named.as_deref().unwrap_or(sql)) else {
             return as_sent();

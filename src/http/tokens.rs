@@ -1,6 +1,7 @@
 //! `/api/v1/tokens` (admin): create, list and revoke API tokens. Tokens live in the
 //! replicated settings, so a token created through any node works on every node; the
-//! secret is shown once, at creation, and stored nowhere (only its SHA-256 is).
+//! secret is shown once, at creation, and stored nowhere (only its SHA-256 is, and a
+//! SCRAM-SHA-256 verifier for the Postgres door).
 
 use std::collections::HashMap;
 
@@ -108,6 +109,8 @@ pub async fn create(
         databases: request.databases,
         created_index: quiver_storage::LogIndex(0),
         created_at_ms: chrono::Utc::now().timestamp_millis(),
+        // The Postgres door's SCRAM login (user = the id) checks this, not the secret.
+        scram: Some(crate::scram::derive(&secret)),
     };
     match commit(&app, PolicyChange::CreateToken(record)).await? {
         PolicyOutcome::Applied => {}

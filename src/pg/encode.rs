@@ -12,7 +12,7 @@
 //! | Float64 | float8 | |
 //! | Utf8, LargeUtf8, Utf8View | text | |
 //! | Binary, LargeBinary, BinaryView | bytea | |
-//! | Timestamp without / with time zone | timestamp / timestamptz | microseconds: Postgres's precision; nanoseconds are cut |
+//! | Timestamp (with or without a zone) | timestamptz | UTC instants (Quiver's `time` is UTC by convention); microseconds: Postgres's precision, nanoseconds are cut |
 //! | Date32, Date64 | date | |
 //! | anything else (decimals, intervals, lists, ...) | text | Arrow's display of the value |
 //!
@@ -50,8 +50,10 @@ pub fn pg_type(data_type: &DataType) -> Type {
         DataType::Float16 | DataType::Float32 => Type::FLOAT4,
         DataType::Float64 => Type::FLOAT8,
         DataType::Binary | DataType::LargeBinary | DataType::BinaryView => Type::BYTEA,
-        DataType::Timestamp(_, None) => Type::TIMESTAMP,
-        DataType::Timestamp(_, Some(_)) => Type::TIMESTAMPTZ,
+        // Quiver's timestamps are UTC instants with no zone attached: clients get
+        // them as `timestamptz`, so psycopg, asyncpg and pgjdbc hand out zone-aware
+        // values instead of wall-clock times they would read in their local zone.
+        DataType::Timestamp(_, _) => Type::TIMESTAMPTZ,
         DataType::Date32 | DataType::Date64 => Type::DATE,
         DataType::Dictionary(_, values) => pg_type(values),
         _ => Type::TEXT,
@@ -144,11 +146,14 @@ pub fn rows(batch: &RecordBatch, fields: &[FieldInfo]) -> Result<Vec<DataRow>, S
         })
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;
+    // Logical nulls: a `NullArray` (SQL's untyped `NULL`, a scalar subquery over no
+    // rows) has no validity buffer, so `is_null` would call its values present.
+    let nulls: Vec<_> = columns.iter().map(|c| c.values.logical_nulls()).collect();
     let mut out = Vec::with_capacity(batch.num_rows());
     let mut buf = BytesMut::new();
     for row in 0..batch.num_rows() {
-        for (column, formatter) in columns.iter().zip(&formatters) {
-            if column.values.is_null(row) {
+        for ((column, formatter), nulls) in columns.iter().zip(&formatters).zip(&nulls) {
+            if nulls.as_ref().is_some_and(|n| n.is_null(row)) {
                 buf.put_i32(-1);
                 continue;
             }
@@ -338,6 +343,24 @@ mod tests {
         let mut buf = BytesMut::new();
         numeric_u64(0, true, &mut buf);
         assert_eq!(&buf[..], &[0, 0, 0, 0, 0, 0, 0, 0]);
+    }
+
+    /// `SELECT NULL` (and SQLAlchemy's identity and default subqueries over empty
+    /// catalog tables) came out as an empty string instead of SQL NULL.
+    #[test]
+    fn an_untyped_null_column_is_sent_as_null_not_as_an_empty_string() {
+        use arrow::array::NullArray;
+        use arrow::datatypes::Field;
+        let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Null, true)]));
+        let batch =
+            RecordBatch::try_new(schema.clone(), vec![Arc::new(NullArray::new(2))]).unwrap();
+        let fields = fields(&schema, &Format::UnifiedText);
+        let rows = rows(&batch, &fields).unwrap();
+        assert_eq!(rows.len(), 2);
+        for row in rows {
+            // One field, length -1: NULL.
+            assert_eq!(&row.data[..], &(-1i32).to_be_bytes());
+        }
     }
 
     #[test]

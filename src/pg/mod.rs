@@ -3,7 +3,9 @@
 //! query Quiver as they would a Postgres server.
 //!
 //! - [`startup`]: the database named at startup is the Quiver database; the password is
-//!   a token (cleartext; `--auth none` skips it). With `http.tls_cert` set, the door
+//!   a token, checked by SCRAM-SHA-256 ([`scram`]) when the user name is the token's id
+//!   (`bootstrap` for the bootstrap token), as a cleartext password otherwise
+//!   (`--auth none` skips it). With `http.tls_cert` set, the door
 //!   answers `SSLRequest` with TLS on the node's certificate (PostgreSQL 17's direct TLS
 //!   too) and refuses a connection that did not ask for it, so a token never crosses
 //!   the network in the clear; without it, `SSLRequest` is answered `N`.
@@ -24,6 +26,7 @@ mod cancel;
 mod encode;
 mod local;
 mod params;
+mod scram;
 mod search_path;
 mod session;
 mod startup;

@@ -6,7 +6,7 @@
 //! then cast to the placeholder's Arrow type, so `time > $1` takes a timestamp whether
 //! it came as `timestamp`, as `text` or as an untyped literal.
 
-use arrow::datatypes::{DataType, TimeUnit};
+use arrow::datatypes::DataType;
 use bytes::Bytes;
 use pgwire::api::portal::Format;
 use pgwire::api::Type;
@@ -172,7 +172,6 @@ fn numeric(bytes: &[u8]) -> Result<f64, String> {
 pub fn described_type(data_type: Option<&DataType>) -> Type {
     match data_type {
         None => Type::TEXT,
-        Some(DataType::Timestamp(TimeUnit::Nanosecond, None)) => Type::TIMESTAMP,
         Some(data_type) => super::encode::pg_type(data_type),
     }
 }

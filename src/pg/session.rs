@@ -100,7 +100,7 @@ fn access<C: ClientInfo>(app: &AppState, client: &C) -> PgWireResult<Arc<QueryAc
     let database = super::startup::database(client);
     match app
         .auth
-        .check_token(Some(&token.0), crate::auth::Permission::Read)
+        .check_hash(&token.0, crate::auth::Permission::Read)
         .and_then(|grant| grant.database(&database).map(|()| grant))
     {
         Ok(grant) => Ok(Arc::new(grant.query_access().with_pg_catalog())),
@@ -117,7 +117,8 @@ fn access<C: ClientInfo>(app: &AppState, client: &C) -> PgWireResult<Arc<QueryAc
     }
 }
 
-/// The token a session logged in with, kept to check it again at every statement.
+/// The SHA-256 (hex) of the token a session logged in with, kept to check it again at
+/// every statement (a SCRAM login never sees the token itself).
 pub struct SessionToken(pub String);
 
 /// Parses statements for the extended protocol.

@@ -1,11 +1,16 @@
 //! Startup: the database the client names, and its password checked as a Quiver token.
 //!
 //! The startup message's `database` selects the Quiver database (`default` when the
-//! client names none). With authentication on, the server asks for a cleartext password
-//! and takes it as a token with `read` permission that may read that database; with
-//! `--auth none` the connection is accepted at once. The `user` name is not checked.
-//! When the door speaks TLS, a connection that did not negotiate it is refused before
-//! any password is asked for.
+//! client names none). With authentication on, the password is a token with `read`
+//! permission that may read that database, checked one of two ways, chosen by the
+//! `user` name:
+//! - the user is a token's id (or `bootstrap`, for the bootstrap token) and that token
+//!   has a SCRAM verifier: SCRAM-SHA-256 ([`super::scram`]), so the token never
+//!   crosses the connection, TLS or not;
+//! - any other user name: a cleartext password, taken as a token whatever the user.
+//!
+//! With `--auth none` the connection is accepted at once. When the door speaks TLS, a
+//! connection that did not negotiate it is refused before any password is asked for.
 
 use std::collections::HashMap;
 use std::fmt::Debug;
@@ -19,14 +24,15 @@ use pgwire::api::auth::{
 };
 use pgwire::api::{
     ClientInfo, PgWireConnectionState, PidSecretKeyGenerator, RandomPidSecretKeyGenerator,
-    METADATA_DATABASE,
+    METADATA_DATABASE, METADATA_USER,
 };
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
-use pgwire::messages::startup::Authentication;
+use pgwire::messages::startup::{Authentication, PasswordMessageFamily};
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use quiver_query::QueryAccess;
 
 use super::cancel::Registry;
+use super::scram::{self, Exchange};
 use crate::auth::{AuthError, Permission};
 use crate::http::AppState;
 use quiver_query::SERVER_VERSION;
@@ -99,14 +105,26 @@ impl StartupHandler for Startup {
                 }
                 if self.app.auth.enabled() {
                     client.set_state(PgWireConnectionState::AuthenticationInProgress);
+                    let user = client.metadata().get(METADATA_USER).cloned();
+                    let scram = user.and_then(|u| self.app.auth.scram_login(&u));
+                    let ask = match scram {
+                        Some(login) => {
+                            client.session_extensions().insert(Exchange::Offered(login));
+                            Authentication::SASL(vec![scram::MECHANISM.to_string()])
+                        }
+                        None => Authentication::CleartextPassword,
+                    };
                     client
-                        .send(PgWireBackendMessage::Authentication(
-                            Authentication::CleartextPassword,
-                        ))
+                        .send(PgWireBackendMessage::Authentication(ask))
                         .await?;
                 } else {
                     self.accept(client, QueryAccess::all()).await?;
                 }
+            }
+            PgWireFrontendMessage::PasswordMessageFamily(message)
+                if client.session_extensions().get::<Exchange>().is_some() =>
+            {
+                self.on_scram(client, message).await?;
             }
             PgWireFrontendMessage::PasswordMessageFamily(password) => {
                 let password = password.into_password()?;
@@ -120,7 +138,9 @@ impl StartupHandler for Startup {
                     Ok(grant) => {
                         client
                             .session_extensions()
-                            .insert(super::session::SessionToken(password.password.clone()));
+                            .insert(super::session::SessionToken(crate::auth::hash(
+                                &password.password,
+                            )));
                         self.accept(client, grant.query_access()).await?
                     }
                     Err(AuthError::Unauthenticated) => {
@@ -146,6 +166,60 @@ impl StartupHandler for Startup {
 }
 
 impl Startup {
+    /// One step of a SCRAM exchange: the client's first message answered with the
+    /// server's, or its final one checked and the connection accepted.
+    async fn on_scram<C>(&self, client: &mut C, message: PasswordMessageFamily) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let Some(exchange) = client.session_extensions().get::<Exchange>() else {
+            return Err(fatal("08P01", "no SCRAM exchange is under way".to_string()));
+        };
+        match &*exchange {
+            Exchange::Offered(login) => {
+                let first = message.into_sasl_initial_response()?;
+                let data = first.data.as_deref().unwrap_or_default();
+                let (server_first, challenge) =
+                    scram::client_first(login.clone(), &first.auth_method, data)
+                        .map_err(|e| scram_failed(client, &e))?;
+                client
+                    .session_extensions()
+                    .insert(Exchange::Challenged(challenge));
+                client
+                    .send(PgWireBackendMessage::Authentication(
+                        Authentication::SASLContinue(server_first.into_bytes().into()),
+                    ))
+                    .await?;
+            }
+            Exchange::Challenged(challenge) => {
+                let last = message.into_sasl_response()?;
+                let server_final = scram::client_final(challenge, &last.data)
+                    .map_err(|e| scram_failed(client, &e))?;
+                let database = database(client);
+                let sha256 = challenge.login.token_sha256.clone();
+                let grant = self
+                    .app
+                    .auth
+                    .check_hash(&sha256, Permission::Read)
+                    .and_then(|grant| grant.database(&database).map(|()| grant))
+                    .map_err(|e| refused(e, &database))?;
+                client
+                    .send(PgWireBackendMessage::Authentication(
+                        Authentication::SASLFinal(server_final.into_bytes().into()),
+                    ))
+                    .await?;
+                metrics::counter!("quiver_pg_scram_logins_total").increment(1);
+                client
+                    .session_extensions()
+                    .insert(super::session::SessionToken(sha256));
+                self.accept(client, grant.query_access()).await?;
+            }
+        }
+        Ok(())
+    }
+
     async fn accept<C>(&self, client: &mut C, access: QueryAccess) -> PgWireResult<()>
     where
         C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
@@ -162,6 +236,39 @@ impl Startup {
         client.session_extensions().insert(registration);
         metrics::counter!("quiver_pg_connections_total").increment(1);
         finish_authentication(client, &Parameters).await
+    }
+}
+
+/// A failed SCRAM exchange, as Postgres reports one (`28P01`), counted with the
+/// cleartext failures.
+fn scram_failed<C: ClientInfo>(client: &C, e: &scram::ScramError) -> PgWireError {
+    metrics::counter!("quiver_pg_auth_failures_total").increment(1);
+    let user = client
+        .metadata()
+        .get(METADATA_USER)
+        .cloned()
+        .unwrap_or_default();
+    tracing::debug!(%user, error = %e, "pg SCRAM login refused");
+    fatal(
+        "28P01",
+        format!("password authentication failed for user {user:?}: {e}"),
+    )
+}
+
+/// A token that authenticated but may not read `database` (or was revoked meanwhile).
+fn refused(e: AuthError, database: &str) -> PgWireError {
+    match e {
+        AuthError::Unauthenticated => {
+            metrics::counter!("quiver_pg_auth_failures_total").increment(1);
+            fatal(
+                "28P01",
+                "password authentication failed: the token was revoked".to_string(),
+            )
+        }
+        AuthError::Forbidden => fatal(
+            "42501",
+            format!("the token may not read database {database:?}"),
+        ),
     }
 }
 

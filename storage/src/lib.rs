@@ -68,7 +68,7 @@ pub use parquet_encode::{encode_segment, EncodedFile, ParquetSettings, SegmentSo
 pub use paths::{
     check_paths_fit, log_end_of, measurement_component, parquet_path, PATH_COMPONENT_BYTES_MAX,
 };
-pub use policies::{Policies, PolicyChange, PolicyOutcome, Scope, TokenRecord};
+pub use policies::{Policies, PolicyChange, PolicyOutcome, Scope, ScramSecret, TokenRecord};
 pub use prom_remote::{decode_prom_write, PromWrite, RejectedSeries};
 pub use restore::{adopt_files, claim_files, Adoption};
 pub use rows::{FieldValue, RowBatchBuilder, RowError};

@@ -43,6 +43,26 @@ pub struct TokenRecord {
     pub created_index: LogIndex,
     /// Creation time in milliseconds since the epoch, as the proposing node saw it.
     pub created_at_ms: i64,
+    /// What the Postgres door needs to check the secret by SCRAM-SHA-256 without
+    /// holding it; `None` for tokens created before Quiver kept one (they log in with
+    /// a cleartext password only). Last, so log entries written before it still read.
+    #[serde(default)]
+    pub scram: Option<ScramSecret>,
+}
+
+/// A SCRAM-SHA-256 verifier (RFC 5802, RFC 7677), as Postgres keeps one per role: the
+/// salt and iteration count a client needs to derive its keys, and the two keys the
+/// server checks its proof and signs its answer with. Neither key lets anyone log in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScramSecret {
+    /// The salt, base64.
+    pub salt: String,
+    /// PBKDF2 iterations.
+    pub iterations: u32,
+    /// `H(HMAC(SaltedPassword, "Client Key"))`, base64.
+    pub stored_key: String,
+    /// `HMAC(SaltedPassword, "Server Key")`, base64.
+    pub server_key: String,
 }
 
 /// The replicated settings. New fields are added with `#[serde(default)]`, so images
@@ -258,6 +278,7 @@ mod tests {
             databases: Some(vec!["db".into()]),
             created_index: LogIndex(0),
             created_at_ms: 0,
+            scram: None,
         }
     }
 
@@ -278,6 +299,34 @@ mod tests {
         assert_eq!(p.apply(LogIndex(7), revoke.clone()), PolicyOutcome::Applied);
         assert_eq!(p.apply(LogIndex(8), revoke), PolicyOutcome::NotFound);
         assert!(p.token_by_hash("hash-a").is_none());
+    }
+
+    /// Log entries are MessagePack arrays (`rmp_serde::to_vec`): a token created
+    /// before `scram` existed has one element fewer, and must still apply.
+    #[test]
+    fn a_token_entry_written_before_scram_existed_still_reads() {
+        #[derive(Serialize)]
+        struct OldTokenRecord {
+            id: String,
+            name: String,
+            sha256: String,
+            scopes: Vec<Scope>,
+            databases: Option<Vec<String>>,
+            created_index: LogIndex,
+            created_at_ms: i64,
+        }
+        let old = OldTokenRecord {
+            id: "a".into(),
+            name: "ci".into(),
+            sha256: "hash-a".into(),
+            scopes: vec![Scope::Write],
+            databases: Some(vec!["db".into()]),
+            created_index: LogIndex(0),
+            created_at_ms: 0,
+        };
+        let bytes = rmp_serde::to_vec(&old).unwrap();
+        let back: TokenRecord = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(back, token("a"));
     }
 
     #[test]

@@ -7,9 +7,11 @@ JDK and the driver when they are missing.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -45,14 +47,23 @@ def metadata_class(tmp_path_factory) -> Path:
     return out
 
 
-def run_metadata(node, classes: Path, db: str, table: str) -> dict[str, list[list[str]]]:
+def run_java(node, classes: Path, db: str, table: str, user: str, password: str):
     url = f"jdbc:postgresql://{node.host}:{node.pg_port}/{db}?sslmode=disable"
-    proc = subprocess.run(
-        ["java", "-cp", f"{JAR}:{classes}", "MetaData", url, "quiver", TOKEN, table],
+    return subprocess.run(
+        # A JVM zone other than UTC: a `timestamp` would then be read as Paris wall
+        # time, a `timestamptz` stays the instant it is.
+        ["java", "-Duser.timezone=Europe/Paris", "-cp", f"{JAR}:{classes}", "MetaData",
+         url, user, password, table],
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def run_metadata(
+    node, classes: Path, db: str, table: str, user: str = "quiver", password: str = TOKEN
+) -> dict[str, list[list[str]]]:
+    proc = run_java(node, classes, db, table, user, password)
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}\n{node.log_tail()}"
     out: dict[str, list[list[str]]] = {}
     for line in proc.stdout.splitlines():
@@ -79,9 +90,12 @@ def test_pgjdbc_database_metadata_and_an_aggregation(node, db, metadata_class):
     assert columns["usage"][2:4] == ["float8", "8"], columns
     assert columns["count"][2:4] == ["int8", "-5"], columns
     assert columns["host"][2:4] == ["text", "12"], columns
-    assert columns["time"][2] in ("timestamp", "timestamptz"), columns
+    assert columns["time"][2] == "timestamptz", columns
     assert columns["time"][3] in ("93", "2014"), columns
     assert sorted(int(c[4]) for c in out["column"]) == [1, 2, 3, 4]
+
+    # getPrimaryKeys and getIndexInfo: no rows (Quiver has neither), no error.
+    assert out["keys"] == [["0", "0"]], out.get("keys")
 
     types = {t[0]: int(t[1]) for t in out["type"]}
     assert types.get("int8") == -5 and types.get("float8") == 8, out["type"][:20]
@@ -89,3 +103,37 @@ def test_pgjdbc_database_metadata_and_an_aggregation(node, db, metadata_class):
 
     assert out["result_columns"] == [["host", "count", "avg"]]
     assert out["row"] == [["a", "2", "0.5"], ["b", "1", "1.5"]]
+    # getTimestamp and getObject(OffsetDateTime) give the instant written (T0_NS).
+    assert out["time"] == [["2023-11-14T22:13:20Z", "2023-11-14T22:13:20Z"]], out["time"]
+
+
+def scram_logins(node) -> float:
+    status, _, body = node.request("GET", "/metrics")
+    assert status == 200
+    for line in body.decode().splitlines():
+        if line.startswith("quiver_pg_scram_logins_total "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_pgjdbc_logs_in_by_scram_with_a_token_id(node, db, metadata_class):
+    """pgjdbc answers the door's SCRAM-SHA-256 request (user = the token's id) and runs
+    its metadata calls; a wrong token is refused with Postgres's message."""
+    node.write_lines(db, LINES)
+    request = urllib.request.Request(
+        node.url + "/api/v1/tokens",
+        data=json.dumps({"name": "jdbc", "scopes": ["read"], "databases": [db]}).encode(),
+        method="POST",
+        headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as r:
+        created = json.loads(r.read())
+
+    before = scram_logins(node)
+    out = run_metadata(node, metadata_class, db, "cpu", created["id"], created["token"])
+    assert scram_logins(node) == before + 1
+    assert out["row"] == [["a", "2", "0.5"], ["b", "1", "1.5"]]
+
+    wrong = run_java(node, metadata_class, db, "cpu", created["id"], "not-the-token")
+    assert wrong.returncode != 0
+    assert "password authentication failed" in wrong.stderr, wrong.stderr

@@ -29,7 +29,9 @@ import pytest
 from conftest import TOKEN
 
 T0_NS = 1_700_000_000_000_000_000  # 2023-11-14 22:13:20 UTC
-T0 = dt.datetime(2023, 11, 14, 22, 13, 20)
+# The door sends `time` as `timestamptz` (UTC instants), so clients hand out
+# zone-aware datetimes.
+T0 = dt.datetime(2023, 11, 14, 22, 13, 20, tzinfo=dt.timezone.utc)
 
 LINES = [
     f'cpu,host=a usage=0.25,count=1i,ok=true,note="first",big=18446744073709551615u {T0_NS}',
@@ -77,7 +79,7 @@ def test_psql_lists_and_describes_tables_and_aggregates(node, pg_db, need_psql):
     described = psql(node, pg_db, "-c", r"\d cpu").stdout
     assert f'Table "{pg_db}.cpu"' in described, described
     for column, pg_type in [
-        ("time", "timestamp without time zone"),
+        ("time", "timestamp with time zone"),
         ("host", "text"),
         ("usage", "double precision"),
         ("count", "bigint"),
@@ -105,8 +107,8 @@ def test_psql_lists_and_describes_tables_and_aggregates(node, pg_db, need_psql):
         "SELECT host, count(*), sum(usage), max(time) FROM cpu GROUP BY host ORDER BY host",
     ).stdout
     assert out.strip().splitlines() == [
-        "a|2|1|2023-11-14 22:13:21",
-        "b|1|1.5|2023-11-14 22:13:22.000123",
+        "a|2|1|2023-11-14 22:13:21+00",
+        "b|1|1.5|2023-11-14 22:13:22.000123+00",
     ], out
 
 
@@ -132,6 +134,8 @@ def test_psycopg_server_side_parameters_text_and_binary(node, pg_db):
                 cur.execute(query, ("a", 0.5))
                 rows = cur.fetchall()
                 assert [r[:6] for r in rows] == [e[:6] for e in expected], (binary, rows)
+                # timestamptz: an aware datetime in UTC, text and binary alike.
+                assert rows[0][0].utcoffset() == dt.timedelta(0), (binary, rows)
                 assert int(rows[0][6]) == 1
                 assert [d.name for d in cur.description] == [
                     "time", "host", "usage", "count", "ok", "note", "big",

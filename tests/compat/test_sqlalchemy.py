@@ -67,6 +67,7 @@ def test_sqlalchemy_connects_and_its_inspector_lists_the_database(node, sa_db):
     assert isinstance(columns["count"]["type"], sa.BigInteger), columns["count"]
     assert isinstance(columns["host"]["type"], sa.Text), columns["host"]
     assert isinstance(columns["time"]["type"], sa.TIMESTAMP), columns["time"]
+    assert columns["time"]["type"].timezone is True, columns["time"]
     assert inspector.get_foreign_keys("cpu") == []
     assert inspector.get_view_names() == []
 
@@ -83,6 +84,24 @@ def test_pandas_read_sql_runs_an_aggregation(node, sa_db):
     assert frame["count"].tolist() == [2, 1]
     assert frame["avg"].tolist() == [0.5, 1.5]
     assert str(frame["max"].iloc[1]).startswith("2023-11-14 22:13:22")
+    # timestamptz: pandas gets UTC-aware times.
+    assert str(frame["max"].dt.tz) == "UTC", frame.dtypes
+
+
+def test_keys_and_indexes_reflect_as_none_and_read_sql_table_works(node, sa_db):
+    """Quiver has no primary keys, indexes or unique constraints: the inspector says
+    so (its queries expand `pg_index.indkey`, answered with no rows) instead of
+    failing, so `pandas.read_sql_table`, which reflects them, reads a measurement."""
+    engine = engine_for(node, sa_db)
+    inspector = sa.inspect(engine)
+    pk = inspector.get_pk_constraint("cpu")
+    assert pk["constrained_columns"] == [] and pk["name"] is None, pk
+    assert inspector.get_indexes("cpu") == []
+    assert inspector.get_unique_constraints("cpu") == []
+
+    frame = pd.read_sql_table("cpu", engine, schema=sa_db)
+    assert sorted(frame.columns) == ["count", "host", "time", "usage"]
+    assert sorted(frame["usage"].tolist()) == [0.25, 0.75, 1.5]
 
 
 def scoped_token(node, databases: list[str]) -> str:

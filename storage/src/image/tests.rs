@@ -84,6 +84,12 @@ fn replicated_settings_travel_in_the_image() {
             databases: Some(vec!["telemetry".into()]),
             created_index: LogIndex(0),
             created_at_ms: 1,
+            scram: Some(crate::policies::ScramSecret {
+                salt: "c2FsdA==".into(),
+                iterations: 4096,
+                stored_key: "c3RvcmVk".into(),
+                server_key: "c2VydmVy".into(),
+            }),
         }),
     );
     let mut bytes = Vec::new();

@@ -44,9 +44,34 @@ public class MetaData {
                           String.valueOf(rs.getInt("ORDINAL_POSITION")));
                 }
             }
+            // No keys or indexes in Quiver: empty results, not errors (DBeaver's
+            // table view asks for both).
+            int keys = 0;
+            try (ResultSet rs = meta.getPrimaryKeys(null, null, table)) {
+                while (rs.next()) {
+                    keys++;
+                }
+            }
+            int indexes = 0;
+            try (ResultSet rs = meta.getIndexInfo(null, null, table, false, true)) {
+                while (rs.next()) {
+                    indexes++;
+                }
+            }
+            print("keys", String.valueOf(keys), String.valueOf(indexes));
             try (ResultSet rs = meta.getTypeInfo()) {
                 while (rs.next()) {
                     print("type", rs.getString("TYPE_NAME"), String.valueOf(rs.getInt("DATA_TYPE")));
+                }
+            }
+            // The first row's time, read as JDBC tools read it: getTimestamp (the
+            // instant, whatever the JVM's zone) and getObject as OffsetDateTime (what
+            // pgjdbc allows for timestamptz only).
+            String first = "SELECT time FROM " + table + " ORDER BY time LIMIT 1";
+            try (Statement st = conn.createStatement(); ResultSet rs = st.executeQuery(first)) {
+                while (rs.next()) {
+                    print("time", rs.getTimestamp(1).toInstant().toString(),
+                          rs.getObject(1, java.time.OffsetDateTime.class).toInstant().toString());
                 }
             }
             String sql = "SELECT host, count(*), avg(usage) FROM " + table
