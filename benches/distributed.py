@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Bytes a query's receiving node gets from the stages it sent to other nodes.
+"""Bytes a query's receiving node gets from the stage it sent to a member, against the
+bytes of rows that stage decoded.
 
 Starts N local nodes with G data groups of R replicas and `cluster.query_workers`,
 loads line protocol, waits for the rows to reach Parquet, then for each measurement
 runs aggregation queries with EXPLAIN ANALYZE twice: on a node that does not hold the
-measurement (its scan runs on a member: the coordinator's `bytes_transferred`) and on a
-member (a local plan: the Parquet `bytes_scanned`). Prints both, their ratio, and
-whether the two nodes' answers are identical.
+measurement (its plan must ship a stage: checked) and on a member, whose local plan
+holds the same operators as that stage: its root's `output_bytes` is what the stage
+sends (as Arrow), its Parquet scans' `output_bytes` the rows decoded. Prints both,
+their ratio, and whether the two nodes' answers are identical.
 
     python3 benches/distributed.py --nodes 4 --groups 4 --replication 2
 """
@@ -55,8 +57,22 @@ def query(url, sql):
     return r.json()["data"]
 
 
-def metric_sum(plan, name):
-    return sum(int(v) for v in re.findall(rf"{name}=(\d+)", plan))
+UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9}
+
+
+def size(text):
+    number, unit = text.split()
+    return float(number) * UNITS[unit]
+
+
+def stage_and_scan_bytes(plan):
+    """(the plan's root output bytes, the Parquet scans' output bytes) of an EXPLAIN
+    ANALYZE: what a stage of the same operators ships, and the rows it decoded."""
+    lines = [l for l in plan.split("\n") if "metrics=[" in l]
+    root = re.search(r"output_bytes=([\d.]+ [KMG]?B)", lines[0]) if lines else None
+    scans = [re.search(r"output_bytes=([\d.]+ [KMG]?B)", l) for l in lines if "DataSourceExec" in l]
+    return (size(root.group(1)) if root else float("nan"),
+            sum(size(m.group(1)) for m in scans if m))
 
 
 def main():
@@ -66,6 +82,7 @@ def main():
     ap.add_argument("--replication", type=int, default=2)
     ap.add_argument("--measurements", type=int, default=4)
     ap.add_argument("--batches", type=int, default=40)
+    ap.add_argument("--show", action="store_true", help="print the first pair of plans")
     ap.add_argument("--bin", default=os.path.join(REPO, "target/debug/quiver"))
     args = ap.parse_args()
     hosts, points = 200, 50
@@ -110,7 +127,7 @@ def main():
         # Rows in Parquet: the memory buffer flushed after its age.
         time.sleep(5)
         print(f"{rows} rows per measurement, {args.measurements} measurements")
-        print("| measurement | query | coordinator received (bytes) | member scanned (bytes) | ratio | answers |")
+        print("| measurement | query | stage output (bytes) | rows decoded by the scan (bytes) | ratio | answers |")
         print("|---|---|---|---|---|---|")
         for m in range(args.measurements):
             name = f"m{m}"
@@ -122,13 +139,16 @@ def main():
                 continue
             for qi, q in enumerate(QUERIES):
                 sql = q.format(m=name)
-                far = " ".join(str(c) for r in query(urls[away[0]], "EXPLAIN ANALYZE " + sql) for c in r)
-                near = " ".join(str(c) for r in query(urls[held[0]], "EXPLAIN ANALYZE " + sql) for c in r)
-                received = metric_sum(far, "bytes_transferred")
-                scanned = metric_sum(near, "bytes_scanned")
+                far = "\n".join(str(c) for r in query(urls[away[0]], "EXPLAIN ANALYZE " + sql) for c in r)
+                near = "\n".join(str(c) for r in query(urls[held[0]], "EXPLAIN ANALYZE " + sql) for c in r)
+                if args.show:
+                    print(far, "\n----\n", near)
+                    args.show = False
+                received, scanned = stage_and_scan_bytes(near)
+                assert "GroupScanExec" in far and "NetworkCoalesceExec" in far, far
                 same = sorted(map(str, query(urls[away[0]], sql))) == sorted(map(str, query(urls[held[0]], sql)))
                 ratio = received / scanned if scanned else float("nan")
-                print(f"| {name} | q{qi + 1} | {received} | {scanned} | {ratio:.4f} | {'identical' if same else 'DIFFER'} |")
+                print(f"| {name} | q{qi + 1} | {received:.0f} | {scanned:.0f} | {ratio:.4f} | {'identical' if same else 'DIFFER'} |")
     finally:
         for p in procs:
             p.kill()
