@@ -8,6 +8,7 @@ mod cluster_cli;
 mod config;
 mod config_doors;
 mod config_env;
+mod config_nodes;
 mod config_units;
 mod continuous;
 mod dir_lock;

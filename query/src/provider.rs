@@ -517,13 +517,7 @@ impl TableProvider for MeasurementTable {
         &self,
         filters: &[&Expr],
     ) -> Result<Vec<TableProviderFilterPushDown>> {
-        Ok(filters
-            .iter()
-            .map(|f| match prune::exact_range(f) {
-                Some(_) => TableProviderFilterPushDown::Exact,
-                None => TableProviderFilterPushDown::Inexact,
-            })
-            .collect())
+        Ok(prune::pushdown(filters))
     }
 }
 

@@ -244,6 +244,24 @@ fn literal_ns(expr: &Expr) -> Option<(i64, i64)> {
     }
 }
 
+/// How a table answers DataFusion's filter pushdown: `Exact` for a plain bound on
+/// `time` (the scan filters by it only where a file or buffered row reaches outside),
+/// `Inexact` for everything else (DataFusion keeps its filter and hands it to the
+/// Parquet reader). Local and remote tables answer alike, so the same scan is planned
+/// wherever it runs.
+pub(crate) fn pushdown(
+    filters: &[&datafusion::logical_expr::Expr],
+) -> Vec<datafusion::logical_expr::TableProviderFilterPushDown> {
+    use datafusion::logical_expr::TableProviderFilterPushDown;
+    filters
+        .iter()
+        .map(|f| match exact_range(f) {
+            Some(_) => TableProviderFilterPushDown::Exact,
+            None => TableProviderFilterPushDown::Inexact,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

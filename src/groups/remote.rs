@@ -229,10 +229,31 @@ impl RemoteGroup {
         database: &str,
         measurement: &str,
     ) -> quiver_storage::Result<Option<TableSnapshot>> {
+        self.snapshot(database, measurement, false).await
+    }
+
+    /// A table's schema from a member, without its rows or files.
+    pub async fn schema(
+        &self,
+        database: &str,
+        measurement: &str,
+    ) -> quiver_storage::Result<Option<SchemaRef>> {
+        Ok(self
+            .snapshot(database, measurement, true)
+            .await?
+            .map(|s| s.schema))
+    }
+
+    async fn snapshot(
+        &self,
+        database: &str,
+        measurement: &str,
+        schema_only: bool,
+    ) -> quiver_storage::Result<Option<TableSnapshot>> {
         let request = TableRequest {
             database: database.to_string(),
             measurement: measurement.to_string(),
-            schema_only: false,
+            schema_only,
         };
         let answer: Result<Option<TableSnapshotWire>, String> = self
             .call(paths::TABLE, &request, Retry::Any)
@@ -246,33 +267,6 @@ impl RemoteGroup {
         })?;
         wire.map(|w| w.into_snapshot(&group_component(self.id)))
             .transpose()
-    }
-
-    /// A table's schema from a member, without its rows or files.
-    pub async fn schema(
-        &self,
-        database: &str,
-        measurement: &str,
-    ) -> quiver_storage::Result<Option<SchemaRef>> {
-        let request = TableRequest {
-            database: database.to_string(),
-            measurement: measurement.to_string(),
-            schema_only: true,
-        };
-        let answer: Result<Option<TableSnapshotWire>, String> = self
-            .call(paths::TABLE, &request, Retry::Any)
-            .await
-            .map_err(|e| self.unreachable(e))?;
-        let wire = answer.map_err(|e| {
-            quiver_storage::Error::GroupUnreachable(format!(
-                "group {} could not give the schema of {database}.{measurement}: {e}",
-                self.id
-            ))
-        })?;
-        Ok(wire
-            .map(|w| w.into_snapshot(&group_component(self.id)))
-            .transpose()?
-            .map(|s| s.schema))
     }
 
     /// The members' node ids, the one that answered this node last first: where a

@@ -93,12 +93,6 @@ impl TableProvider for GroupTable {
         &self,
         filters: &[&Expr],
     ) -> Result<Vec<TableProviderFilterPushDown>> {
-        Ok(filters
-            .iter()
-            .map(|f| match prune::exact_range(f) {
-                Some(_) => TableProviderFilterPushDown::Exact,
-                None => TableProviderFilterPushDown::Inexact,
-            })
-            .collect())
+        Ok(prune::pushdown(filters))
     }
 }
