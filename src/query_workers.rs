@@ -53,10 +53,10 @@ pub fn distribution(config: &Config) -> Result<Option<Distribution>> {
             .with_context(|| format!("cluster.query_workers: node {id}'s address {with_scheme}"))?;
         by_node.push((id, url));
     }
-    Ok(Some(Distribution {
-        directory: Arc::new(ListedWorkers { by_node }),
-        secret: config.cluster.secret.clone(),
-    }))
+    Ok(Some(Distribution::new(
+        Arc::new(ListedWorkers { by_node }),
+        config.cluster.secret.clone(),
+    )))
 }
 
 /// Starts this node's worker when the cluster distributes queries.

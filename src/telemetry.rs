@@ -31,9 +31,10 @@ pub fn init_metrics() -> Result<PrometheusHandle> {
         .map_err(|e| anyhow!("metrics recorder: {e}"))
 }
 
-/// Sets gauges from current state (called on every scrape).
+/// Sets gauges from current state (called on every scrape). Storage and log gauges add
+/// up every group this node runs (with data groups, the first group holds no rows).
 pub fn refresh_gauges(app: &AppState) {
-    let s = app.storage.stats();
+    let s = rows_here(app);
     metrics::gauge!("quiver_buffer_rows").set(s.active_rows as f64);
     metrics::gauge!("quiver_buffer_bytes").set(s.memory_bytes as f64);
     metrics::gauge!("quiver_frozen_segments").set(s.frozen_segments as f64);
@@ -57,9 +58,14 @@ pub fn refresh_gauges(app: &AppState) {
     metrics::gauge!("quiver_queries_running").set(q.running as f64);
     metrics::gauge!("quiver_queries_queued").set(q.queued as f64);
     metrics::gauge!("quiver_query_memory_bytes").set(q.memory_bytes as f64);
-    let w = app.node.log.wal().stats();
-    metrics::gauge!("quiver_wal_bytes_on_disk").set(w.bytes_on_disk as f64);
-    metrics::gauge!("quiver_wal_segments").set(w.segments as f64);
+    let (mut wal_bytes, mut wal_segments) = (0u64, 0usize);
+    for group in app.groups.all() {
+        let w = group.node.log.wal().stats();
+        wal_bytes += w.bytes_on_disk;
+        wal_segments += w.segments;
+    }
+    metrics::gauge!("quiver_wal_bytes_on_disk").set(wal_bytes as f64);
+    metrics::gauge!("quiver_wal_segments").set(wal_segments as f64);
     metrics::gauge!("quiver_write_bytes_in_flight").set(app.write_budget.bytes_in_use() as f64);
     metrics::gauge!("quiver_wal_volume_free_bytes").set(app.wal_volume.free_bytes() as f64);
     metrics::gauge!("quiver_data_volume_free_bytes").set(app.data_volume.free_bytes() as f64);
@@ -83,4 +89,52 @@ pub fn refresh_gauges(app: &AppState) {
     } else {
         0.0
     });
+    for group in app.groups.all() {
+        group_raft_gauges(group);
+    }
+}
+
+/// Rows, segments and files of every group on this node that holds rows.
+fn rows_here(app: &AppState) -> quiver_storage::StorageStats {
+    let mut all = quiver_storage::StorageStats::default();
+    for group in app.groups.holding_rows() {
+        let s = group.storage.stats();
+        all.active_rows += s.active_rows;
+        all.frozen_segments += s.frozen_segments;
+        all.memory_bytes += s.memory_bytes;
+        all.files += s.files;
+        all.file_bytes += s.file_bytes;
+        all.file_rows += s.file_rows;
+    }
+    all
+}
+
+/// One group's Raft state, labelled by group: which node leads it (0 when none is
+/// known), its term, its log and what this node applied, and, where this node leads,
+/// how far each follower's log is behind.
+fn group_raft_gauges(group: &crate::groups::Group) {
+    let m = group.node.raft.metrics().borrow().clone();
+    let id = group.id.to_string();
+    let labels = [("group", id.clone())];
+    metrics::gauge!("quiver_group_leader_node", &labels).set(m.current_leader.unwrap_or(0) as f64);
+    metrics::gauge!("quiver_group_is_leader", &labels).set(if m.current_leader == Some(m.id) {
+        1.0
+    } else {
+        0.0
+    });
+    metrics::gauge!("quiver_group_term", &labels).set(m.current_term as f64);
+    let last = m.last_log_index.unwrap_or(0);
+    metrics::gauge!("quiver_group_last_log_index", &labels).set(last as f64);
+    metrics::gauge!("quiver_group_applied_index", &labels)
+        .set(m.last_applied.map(|l| l.index).unwrap_or(0) as f64);
+    if let Some(replication) = &m.replication {
+        for (follower, matched) in replication {
+            if *follower == m.id {
+                continue;
+            }
+            let behind = last.saturating_sub(matched.map(|l| l.index).unwrap_or(0));
+            let labels = [("group", id.clone()), ("follower", follower.to_string())];
+            metrics::gauge!("quiver_group_follower_lag_entries", &labels).set(behind as f64);
+        }
+    }
 }

@@ -191,6 +191,11 @@ impl DatabaseSchema {
                     let schema = fetch
                         .await
                         .map_err(|e| DataFusionError::External(Box::new(e)))?;
+                    // Asked again: the fetch moved the group's preference to the member
+                    // that answered it, which the stage should go to first.
+                    let held = source
+                        .held_elsewhere(&database, &measurement)
+                        .unwrap_or(held);
                     Ok(schema.map(|schema| {
                         Arc::new(GroupTable::new(
                             database,

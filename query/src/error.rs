@@ -37,6 +37,11 @@ pub enum Error {
     /// back.
     #[error("the stored files cannot be read now; retry later: {0}")]
     StoreUnavailable(String),
+    /// A node holding data the query reads could not be reached (every member of a
+    /// group, or the one a stage ran on after reruns): the query may succeed once the
+    /// cluster has healed.
+    #[error("{0}")]
+    Unavailable(String),
     /// A fault on the server side (storage, I/O, a bug); not the client's doing.
     #[error("internal error: {0}")]
     Internal(String),
@@ -50,7 +55,7 @@ impl Error {
             Error::Timeout { .. } => 504,
             Error::ResourcesExhausted(_) => 507,
             Error::Busy { .. } => 429,
-            Error::StoreUnavailable(_) => 503,
+            Error::StoreUnavailable(_) | Error::Unavailable(_) => 503,
             Error::Internal(_) => 500,
         }
     }
@@ -59,7 +64,7 @@ impl Error {
     /// rather than the request (`Retry-After`).
     pub fn retry_after_s(&self) -> Option<u32> {
         match self {
-            Error::Busy { .. } | Error::StoreUnavailable(_) => {
+            Error::Busy { .. } | Error::StoreUnavailable(_) | Error::Unavailable(_) => {
                 Some(crate::config::BUSY_RETRY_AFTER_S)
             }
             _ => None,
@@ -112,6 +117,11 @@ impl From<DataFusionError> for Error {
             || message.contains("Object Store error")
         {
             return Error::StoreUnavailable(message);
+        }
+        if let DataFusionError::External(e) = err.find_root() {
+            if let Some(quiver_storage::Error::GroupUnreachable(_)) = e.downcast_ref() {
+                return Error::Unavailable(message);
+            }
         }
         match err.find_root() {
             DataFusionError::ResourcesExhausted(_) => Error::ResourcesExhausted(message),

@@ -52,7 +52,7 @@ pub use catalog::{QueryAccess, CATALOG_NAME};
 pub use config::{QueryConfig, JOIN_PAIRS_MAX_DEFAULT};
 pub use datafusion::scalar::ScalarValue;
 pub use delete_where::{parse_delete_where, DELETE_WHERE_BYTES_MAX};
-pub use distributed::{Distribution, WorkerDirectory, WORKER_SECRET_HEADER};
+pub use distributed::{Distribution, UnreachableWorkers, WorkerDirectory, WORKER_SECRET_HEADER};
 pub use engine::{QueryEngine, QueryOutput, QueryStats, STORAGE_URL};
 pub use error::Error;
 pub use pg_functions::{setting as pg_setting, SERVER_VERSION, SERVER_VERSION_NUM};

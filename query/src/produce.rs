@@ -12,16 +12,18 @@ use arrow::datatypes::{DataType, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
 use datafusion::common::{ParamValues, ScalarValue};
+use datafusion::error::DataFusionError;
 use datafusion::execution::memory_pool::MemoryReservation;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::session_state::SessionState;
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::LogicalPlan;
-use datafusion::physical_plan::execute_stream;
+use datafusion::physical_plan::{execute_stream, ExecutionPlan};
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
 use crate::client_types;
+use crate::distributed::Reruns;
 use crate::encode::BatchEncoder;
 use crate::error::Error;
 use crate::join_guard;
@@ -168,31 +170,78 @@ async fn produce<S: Sink>(
     tx: &mpsc::Sender<Message<S::Item>>,
 ) -> Result<usize, Error> {
     let logical = plan_logical(&mut state, sql, params).await?;
-    let plan = state.create_physical_plan(&logical).await?;
-    join_guard::check_join_sizes(&plan, join_pairs_max)?;
-    let client_schema = client_types::client_schema(&plan.schema());
-    let schema = client_schema.clone().unwrap_or_else(|| plan.schema());
-    sink.begin(&schema)?;
-    if tx.send(Message::Ready(schema)).await.is_err() {
-        return Ok(0);
-    }
     // The query's own runtime: its memory pool and limits (the session only plans).
     let context = Arc::new(TaskContext::from(&state).with_runtime(runtime));
-    let mut batches = execute_stream(plan, context)?;
+    let mut reruns = Reruns::new(state.config());
+    let mut began = false;
+    loop {
+        reruns.starting();
+        // Planned for every run: a run again after a worker failed is routed anew.
+        let plan = state.create_physical_plan(&logical).await?;
+        join_guard::check_join_sizes(&plan, join_pairs_max)?;
+        let client_schema = client_types::client_schema(&plan.schema());
+        if !began {
+            let schema = client_schema.clone().unwrap_or_else(|| plan.schema());
+            sink.begin(&schema)?;
+            if tx.send(Message::Ready(schema)).await.is_err() {
+                return Ok(0);
+            }
+            began = true;
+        }
+        match send_rows(plan, &context, client_schema.as_ref(), sink, tx).await {
+            Ok(rows) => return Ok(rows),
+            Err(Failure::Run { sent: false, .. }) if reruns.run_again() => continue,
+            Err(Failure::Run { error, .. })
+                if reruns.worker_failed()
+                    && !matches!(error.find_root(), DataFusionError::ResourcesExhausted(_)) =>
+            {
+                return Err(Error::Unavailable(format!(
+                    "a node holding data this query reads could not be reached; retry \
+                     later: {}",
+                    error.strip_backtrace()
+                )))
+            }
+            Err(Failure::Run { error, .. }) => return Err(error.into()),
+            Err(Failure::Send(error)) => return Err(error),
+        }
+    }
+}
+
+/// Why a run stopped.
+enum Failure {
+    /// The plan failed; `sent` says whether rows had reached the sink by then.
+    Run { error: DataFusionError, sent: bool },
+    /// Handing rows on failed (encoding, the result's memory): never run again.
+    Send(Error),
+}
+
+/// Executes `plan` and sends its rows through `sink`; the rows sent, or why it failed.
+async fn send_rows<S: Sink>(
+    plan: Arc<dyn ExecutionPlan>,
+    context: &Arc<TaskContext>,
+    client_schema: Option<&SchemaRef>,
+    sink: &mut S,
+    tx: &mpsc::Sender<Message<S::Item>>,
+) -> Result<usize, Failure> {
+    let mut sent = false;
+    let mut batches =
+        execute_stream(plan, Arc::clone(context)).map_err(|error| Failure::Run { error, sent })?;
     let mut rows = 0;
     while let Some(batch) = batches.next().await {
-        let mut batch = batch?;
-        if let Some(client_schema) = &client_schema {
-            batch = client_types::to_client(&batch, client_schema)?;
+        let mut batch = batch.map_err(|error| Failure::Run { error, sent })?;
+        if let Some(client_schema) = client_schema {
+            batch = client_types::to_client(&batch, client_schema).map_err(Failure::Send)?;
         }
         rows += batch.num_rows();
-        if let Some(item) = sink.push(batch)? {
+        // From the first batch on, the sink holds rows: the run cannot be repeated.
+        sent = true;
+        if let Some(item) = sink.push(batch).map_err(Failure::Send)? {
             if tx.send(Message::Item(item)).await.is_err() {
                 return Ok(rows);
             }
         }
     }
-    if let Some(item) = sink.finish()? {
+    if let Some(item) = sink.finish().map_err(Failure::Send)? {
         // A closed channel is noticed by the final send in `run`.
         let _ = tx.send(Message::Item(item)).await;
     }

@@ -16,6 +16,7 @@ pub fn query_status(e: &quiver_query::Error) -> Status {
         E::ResourcesExhausted(_) => ("memory", Status::resource_exhausted(e.to_string())),
         E::Busy { .. } => ("busy", Status::resource_exhausted(e.to_string())),
         E::StoreUnavailable(_) => ("store", Status::unavailable(e.to_string())),
+        E::Unavailable(_) => ("unavailable", Status::unavailable(e.to_string())),
         E::Internal(_) => ("internal", Status::internal(e.to_string())),
     };
     metrics::counter!("quiver_flight_errors_total", "kind" => kind).increment(1);

@@ -61,6 +61,7 @@ pub fn query_error(e: &quiver_query::Error) -> ErrorInfo {
         E::ResourcesExhausted(_) => "53200", // out_of_memory
         E::Busy { .. } => "53000",           // insufficient_resources
         E::StoreUnavailable(_) => "58030",   // io_error
+        E::Unavailable(_) => "58000",        // system_error (another node unreachable)
         E::Internal(_) => "XX000",
     };
     ErrorInfo::new("ERROR".to_string(), code.to_string(), e.to_string())

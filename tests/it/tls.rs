@@ -117,18 +117,32 @@ async fn a_client_that_never_handshakes_holds_its_slot_only_until_the_deadline()
     )
     .await;
     let addr = node.url.trim_start_matches("https://").to_string();
-    // Every slot held by a socket that never starts a TLS handshake.
-    let mut hogs: Vec<TcpStream> = (0..4)
-        .map(|_| TcpStream::connect(&addr).expect("connect"))
-        .collect();
-    // A fresh client, so no kept-alive connection from start-up can serve the request.
+    // A fresh client that keeps no connection, so none from start-up can serve the
+    // request, and none of its own holds a slot between requests.
     let pem = std::fs::read(&pki.ca).unwrap();
     let fresh = reqwest::Client::builder()
         .use_rustls_tls()
         .tls_built_in_root_certs(false)
         .add_root_certificate(reqwest::Certificate::from_pem(&pem).unwrap())
+        .pool_max_idle_per_host(0)
         .build()
         .unwrap();
+    // The harness's kept-alive connection from start-up holds a slot until the header
+    // deadline closes it; were it to close while the stalled sockets below wait, the
+    // request would take its slot at once. Wait until only the asking connection is
+    // open (the gauge counts it).
+    let quiet = Instant::now() + Duration::from_secs(30);
+    while crate::common::metric(&fresh, &node.url, "quiver_http_connections").await != Some(1.0) {
+        assert!(
+            Instant::now() < quiet,
+            "connections from start-up never closed"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    // Every slot held by a socket that never starts a TLS handshake.
+    let mut hogs: Vec<TcpStream> = (0..4)
+        .map(|_| TcpStream::connect(&addr).expect("connect"))
+        .collect();
     let started = Instant::now();
     let r = fresh
         .get(format!("{}/health", node.url))

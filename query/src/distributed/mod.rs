@@ -11,11 +11,14 @@ mod routing;
 mod server;
 mod stages;
 mod table;
+mod unreachable;
 mod worker;
 
 pub use routing::{WorkerDirectory, WORKER_SECRET_HEADER};
 pub(crate) use server::serve;
 pub(crate) use stages::ScanWhereTheDataIs;
 pub(crate) use table::GroupTable;
+pub(crate) use unreachable::Reruns;
+pub use unreachable::UnreachableWorkers;
 pub use worker::Distribution;
 pub(crate) use worker::{coordinator, worker};

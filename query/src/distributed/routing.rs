@@ -1,9 +1,10 @@
 //! Which node runs a stage, and how the nodes reach each other's workers.
 //!
 //! A stage over a measurement held elsewhere goes to the first member of its group
-//! that has a worker address (the group's members come preferred first: the member
-//! that last answered this node). Every call carries the cluster secret, which the
-//! receiving worker checks before decoding anything.
+//! that has a worker address and did not just fail to answer (the group's members come
+//! preferred first: the member that last answered this node). Every call carries the
+//! cluster secret, which the receiving worker checks before decoding anything; a call
+//! that fails before the worker answered marks that worker ([`UnreachableWorkers`]).
 
 use std::sync::Arc;
 
@@ -20,6 +21,7 @@ use datafusion_distributed::{
 use url::Url;
 
 use super::group_scan::GroupScanExec;
+use super::unreachable::UnreachableWorkers;
 
 /// The header carrying the cluster secret on calls between workers.
 pub const WORKER_SECRET_HEADER: &str = "x-quiver-cluster-secret";
@@ -35,6 +37,7 @@ pub trait WorkerDirectory: Send + Sync + 'static {
 /// Sends a stage over a remote measurement to a member of its group.
 pub(crate) struct ToTheData {
     pub(crate) directory: Arc<dyn WorkerDirectory>,
+    pub(crate) unreachable: Arc<UnreachableWorkers>,
 }
 
 impl RouteTasksHandler for ToTheData {
@@ -52,7 +55,16 @@ impl RouteTasksHandler for ToTheData {
             return Some(Err(e));
         }
         let (measurement, group, members) = members?;
-        let url = members.iter().find_map(|&m| self.directory.url(m));
+        let urls: Vec<Url> = members
+            .iter()
+            .filter_map(|&m| self.directory.url(m))
+            .collect();
+        // Every member just failed: try the first again rather than fail unasked.
+        let url = urls
+            .iter()
+            .find(|url| !self.unreachable.avoid(url))
+            .or(urls.first())
+            .cloned();
         Some(match url {
             Some(url) => Ok(RouteTasksEventResponse::new(vec![url; ev.task_count])),
             None => Err(DataFusionError::Execution(format!(
@@ -74,17 +86,20 @@ impl WorkerResolver for Directory {
 }
 
 /// Connections to workers, reused per address, each call carrying the cluster secret.
+/// A call that fails before the worker answered marks the worker unreachable.
 #[derive(Clone)]
 pub(crate) struct SecretChannels {
     inner: DefaultChannelResolver,
     secret: Arc<str>,
+    unreachable: Arc<UnreachableWorkers>,
 }
 
 impl SecretChannels {
-    pub(crate) fn new(secret: &str) -> Self {
+    pub(crate) fn new(secret: &str, unreachable: Arc<UnreachableWorkers>) -> Self {
         SecretChannels {
             inner: DefaultChannelResolver::default(),
             secret: secret.into(),
+            unreachable,
         }
     }
 }
@@ -92,7 +107,14 @@ impl SecretChannels {
 #[async_trait]
 impl ChannelResolver for SecretChannels {
     async fn get_worker_client_for_url(&self, url: &Url) -> Result<Box<dyn WorkerChannel>> {
-        let channel = self.inner.get_channel(url).await?;
+        let channel = match self.inner.get_channel(url).await {
+            Ok(channel) => channel,
+            Err(e) => {
+                self.unreachable.mark(url);
+                return Err(e);
+            }
+        };
+        let (unreachable, failed_url) = (Arc::clone(&self.unreachable), url.clone());
         let value = http::HeaderValue::from_str(&self.secret)
             .map_err(|e| DataFusionError::Configuration(format!("cluster secret: {e}")))?;
         let with_secret = tower::ServiceBuilder::new()
@@ -101,6 +123,12 @@ impl ChannelResolver for SecretChannels {
                     .headers_mut()
                     .insert(WORKER_SECRET_HEADER, value.clone());
                 request
+            })
+            .map_err(move |e: tonic::transport::Error| {
+                // No answer at all (a refused or broken connection): errors the worker
+                // answers with arrive as statuses inside a response, not here.
+                unreachable.mark(&failed_url);
+                e
             })
             .service(channel);
         Ok(create_worker_client(BoxCloneSyncChannel::new(with_secret)))

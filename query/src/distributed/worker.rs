@@ -14,6 +14,7 @@ use quiver_storage::TableSource;
 
 use super::codec::QuiverCodec;
 use super::routing::{Directory, SecretChannels, ToTheData, WorkerDirectory};
+use super::unreachable::UnreachableWorkers;
 
 /// What a node needs to run scans on other nodes: where their workers are, and the
 /// secret their calls carry.
@@ -23,6 +24,20 @@ pub struct Distribution {
     pub directory: Arc<dyn WorkerDirectory>,
     /// The cluster secret (`cluster.secret`), sent with every call to a worker.
     pub secret: String,
+    /// Workers that just failed a call, passed over for a while; shared by every
+    /// query of the engine.
+    pub unreachable: Arc<UnreachableWorkers>,
+}
+
+impl Distribution {
+    /// The workers in `directory`, reached with `secret`, none known unreachable yet.
+    pub fn new(directory: Arc<dyn WorkerDirectory>, secret: String) -> Self {
+        Distribution {
+            directory,
+            secret,
+            unreachable: Arc::default(),
+        }
+    }
 }
 
 impl std::fmt::Debug for Distribution {
@@ -37,13 +52,22 @@ pub(crate) fn coordinator(
     distribution: &Distribution,
     source: &Arc<dyn TableSource>,
 ) -> SessionStateBuilder {
-    builder
+    let mut builder = builder
         .with_distributed_user_codec(QuiverCodec::new(Arc::clone(source)))
         .with_distributed_worker_resolver(Directory(Arc::clone(&distribution.directory)))
-        .with_distributed_channel_resolver(SecretChannels::new(&distribution.secret))
+        .with_distributed_channel_resolver(SecretChannels::new(
+            &distribution.secret,
+            Arc::clone(&distribution.unreachable),
+        ))
         .with_distributed_route_tasks_handler(ToTheData {
             directory: Arc::clone(&distribution.directory),
-        })
+            unreachable: Arc::clone(&distribution.unreachable),
+        });
+    // The query that meets an unreachable worker finds the record here (`produce`).
+    if let Some(config) = builder.config() {
+        config.set_extension(Arc::clone(&distribution.unreachable));
+    }
+    builder
 }
 
 /// The worker that runs stages other nodes send: `functions_from` lends it Quiver's
@@ -74,6 +98,7 @@ pub(crate) fn worker(
     let source = Arc::clone(source);
     let secret = distribution.secret.clone();
     let directory = Arc::clone(&distribution.directory);
+    let unreachable = Arc::clone(&distribution.unreachable);
     Worker::from_session_builder(move |ctx: WorkerQueryContext| {
         let builder = ctx
             .builder
@@ -81,7 +106,10 @@ pub(crate) fn worker(
             .with_aggregate_functions(aggregate.clone())
             .with_window_functions(window.clone())
             .with_distributed_user_codec(QuiverCodec::new(Arc::clone(&source)))
-            .with_distributed_channel_resolver(SecretChannels::new(&secret))
+            .with_distributed_channel_resolver(SecretChannels::new(
+                &secret,
+                Arc::clone(&unreachable),
+            ))
             .with_distributed_worker_resolver(Directory(Arc::clone(&directory)));
         let builder = match group_runs {
             true => builder.with_distributed_worker_plan_rewrite_handler(quiver_rules_again),
