@@ -61,6 +61,16 @@ async fn answers(node: &Node) -> Result<BTreeMap<usize, String>, String> {
         if rows != counts {
             return Err(format!("m{m} unordered: {rows:?}"));
         }
+        // A measurement joined with its own aggregate (TSBS's lastpoint shape): two
+        // scans of a remote measurement in one plan.
+        let join = format!(
+            "SELECT count(*) FROM m{m} c JOIN (SELECT host, max(n) AS last FROM m{m} \
+             GROUP BY host) x ON c.host = x.host AND c.n = x.last"
+        );
+        let (status, answer) = node.query("db", &join).await;
+        if status != 200 || answer["data"][0][0].as_u64() != Some(HOSTS as u64) {
+            return Err(format!("m{m} joined with itself: {status} {answer}"));
+        }
     }
     Ok(out)
 }

@@ -41,6 +41,17 @@ pub(crate) fn serve(
                 return;
             }
         };
+        // tonic sets TCP_NODELAY only on listeners it opens itself. Without it, a
+        // stage's small last frames wait for the receiving node's delayed ACK (about
+        // 40 ms on Linux): measured, a one-host TSBS query took 92 ms through a stage
+        // and 4 ms on a member.
+        let incoming = futures::StreamExt::map(incoming, |accepted| {
+            accepted.inspect(|stream| {
+                if let Err(e) = stream.set_nodelay(true) {
+                    tracing::debug!(error = %e, "cannot set TCP_NODELAY on a worker connection");
+                }
+            })
+        });
         let served = tonic::transport::Server::builder()
             .add_service(service)
             .serve_with_incoming(incoming)

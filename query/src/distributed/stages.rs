@@ -59,6 +59,15 @@ impl PhysicalOptimizerRule for ScanWhereTheDataIs {
         if !remote || plan.is::<DistributedExec>() {
             return Ok(plan);
         }
+        // One stage per plan only: plans with two or more (a join or union of remote
+        // measurements, a measurement joined with itself) answered wrongly through
+        // datafusion-distributed 4.0 (rows of one side missing, differently from run
+        // to run; benches/tsbs_cluster.py's lastpoint). Their scans run here instead,
+        // reading the members' snapshots and files as before distribution, which
+        // answers right.
+        if stage_count(&plan)? > 1 {
+            return Ok(plan);
+        }
         let mut stages = Stages {
             query_id: Uuid::new_v4(),
             next: 1,
@@ -122,6 +131,17 @@ impl Stages {
         let placed = coalesce.with_input_stage(Stage::Local(local))?;
         Ok(placed as Arc<dyn ExecutionPlan>)
     }
+}
+
+/// How many stages `plan` would ship: its maximal chains down to a remote scan.
+fn stage_count(plan: &Arc<dyn ExecutionPlan>) -> Result<usize> {
+    if chain_to_scan(plan) {
+        return Ok(1);
+    }
+    plan.children()
+        .into_iter()
+        .map(stage_count)
+        .sum::<Result<usize>>()
 }
 
 /// Whether `node` and everything below it can run on the scanned measurement's node:
