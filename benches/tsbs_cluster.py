@@ -215,6 +215,7 @@ def main():
               f"{victim.id} killed | stage bytes / decoded bytes | one node (ms) | "
               f"node {coordinator.id}, not a member (ms) |")
         print("|---|---:|:---:|:---:|---:|---:|---:|")
+        total_sent = total_scanned = 0.0
         for name, sql, _ in queries:
             n_before, n_after = sum(before[name]), sum(after[name])
             ok &= n_before == len(members) and n_after == len(alive)
@@ -223,11 +224,16 @@ def main():
                 near = "\n".join(str(c) for r in held[0].rows("EXPLAIN ANALYZE " + sql)
                                  for c in r)
                 sent, scanned = stage_and_scan_bytes(near)
+                total_sent, total_scanned = total_sent + sent, total_scanned + scanned
                 ratio = f"{sent / scanned * 100:.2f} %" if scanned else "n/a"
             one = median_ms(lambda s: quiver_arrow(single, s), sql, args.runs)
             far = median_ms(lambda s: quiver_arrow(coordinator, s), sql, args.runs)
             print(f"| {name} | {expected[name].num_rows:,} | {n_before}/{len(members)} "
                   f"| {n_after}/{len(alive)} | {ratio} | {one:.1f} | {far:.1f} |")
+        if total_scanned:
+            print(f"\nAll aggregations together: the stages sent {total_sent:,.0f} bytes, "
+                  f"{total_sent / total_scanned * 100:.2f} % of the {total_scanned:,.0f} bytes "
+                  f"their scans decoded.")
     finally:
         single.stop()
         for m in members:
