@@ -137,29 +137,29 @@ def line_batches(hosts, hours, seed, batch_lines):
         yield "\n".join(lines).encode()
 
 
-def load(node, hosts, hours, seed, workers, batch_lines):
-    rows = hosts * hours * 3600 // INTERVAL_S
-    log(f"loading {rows:,} rows ({hosts:,} hosts x {hours} h at {INTERVAL_S} s) over line protocol")
+def post_batches(urls, bodies, workers, attempts=10):
+    """POSTs every line-protocol body to `urls` in turn from `workers` threads, each
+    retried on 429/503 (a second apart) up to `attempts` times."""
     local = threading.local()
 
-    def post(body):
+    def post(i, body):
         session = getattr(local, "session", None)
         if session is None:
             session = local.session = requests.Session()
-        for attempt in range(10):
-            r = session.post(f"{node.url}/write", params={"db": DB}, data=body, timeout=120)
+        for attempt in range(attempts):
+            r = session.post(f"{urls[i % len(urls)]}/write", params={"db": DB}, data=body,
+                             timeout=120)
             if r.status_code == 204:
                 return
-            if r.status_code in (429, 503) and attempt < 9:
+            if r.status_code in (429, 503) and attempt < attempts - 1:
                 time.sleep(1)
                 continue
             raise RuntimeError(f"write refused: {r.status_code} {r.text[:300]}")
 
-    started = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         pending = set()
-        for body in line_batches(hosts, hours, seed, batch_lines):
-            pending.add(pool.submit(post, body))
+        for i, body in enumerate(bodies):
+            pending.add(pool.submit(post, i, body))
             if len(pending) >= 2 * workers:
                 done, pending = concurrent.futures.wait(
                     pending, return_when=concurrent.futures.FIRST_COMPLETED)
@@ -167,6 +167,13 @@ def load(node, hosts, hours, seed, workers, batch_lines):
                     f.result()
         for f in pending:
             f.result()
+
+
+def load(node, hosts, hours, seed, workers, batch_lines):
+    rows = hosts * hours * 3600 // INTERVAL_S
+    log(f"loading {rows:,} rows ({hosts:,} hosts x {hours} h at {INTERVAL_S} s) over line protocol")
+    started = time.monotonic()
+    post_batches([node.url], line_batches(hosts, hours, seed, batch_lines), workers)
     seconds = time.monotonic() - started
     log(f"loaded in {seconds:.1f} s ({rows / seconds:,.0f} rows/s, generation included); "
         f"waiting for Parquet")

@@ -28,14 +28,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import concurrent.futures
 
 import requests
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from distributed import SECRET, stage_and_scan_bytes  # noqa: E402
 from query_vs_duckdb import Node, free_port, log  # noqa: E402
-from tsbs import DB, INTERVAL_S, TABLE, line_batches, query_set, quiver_arrow, same  # noqa: E402
+from tsbs import (DB, INTERVAL_S, TABLE, line_batches, post_batches, query_set,  # noqa: E402
+                  quiver_arrow, same)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -90,29 +90,8 @@ class Member:
 
 
 def post_all(urls, hosts, hours, seed, workers, batch_lines):
-    """Every TSBS batch to `urls` in turn, retried on 429/503."""
-    def post(i, body):
-        for attempt in range(30):
-            r = requests.post(f"{urls[i % len(urls)]}/write", params={"db": DB}, data=body,
-                              timeout=120)
-            if r.status_code == 204:
-                return
-            if r.status_code in (429, 503) and attempt < 29:
-                time.sleep(1)
-                continue
-            raise RuntimeError(f"write refused: {r.status_code} {r.text[:300]}")
-
-    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        pending = set()
-        for i, body in enumerate(line_batches(hosts, hours, seed, batch_lines)):
-            pending.add(pool.submit(post, i, body))
-            if len(pending) >= 2 * workers:
-                done, pending = concurrent.futures.wait(
-                    pending, return_when=concurrent.futures.FIRST_COMPLETED)
-                for f in done:
-                    f.result()
-        for f in pending:
-            f.result()
+    """Every TSBS batch to `urls` in turn."""
+    post_batches(urls, line_batches(hosts, hours, seed, batch_lines), workers, attempts=30)
 
 
 def wait_rows(ask, rows, what):
