@@ -84,13 +84,23 @@ pub async fn serve(
         let tls = tls.clone();
         let handshake_timeout = Duration::from_millis(limits.header_timeout_ms);
         let gate = gate.clone();
+        // A free slot is taken here, in accept order: taken in the spawned task, a
+        // connection accepted later could run first (tokio runs the newest task next)
+        // and take the slot of one accepted before it.
+        let admitted = gate.admit(peer.ip());
         tokio::spawn(async move {
             // A slot, waited for up to twice the header deadline: a connection that
             // finds every slot taken is served when one frees, or told it was refused.
             // Connections stalled in their headers or handshake free their slots at
             // that deadline, so a waiter that gave up at the same moment lost a race
             // it should win (seen under load: the fresh client was refused).
-            let slot = match gate.admit_waiting(peer.ip(), handshake_timeout * 2).await {
+            let waited = match admitted {
+                Err(GateRefusal::Full) => {
+                    gate.admit_waiting(peer.ip(), handshake_timeout * 2).await
+                }
+                other => other,
+            };
+            let slot = match waited {
                 Ok(ticket) => ticket,
                 Err(refusal) => {
                     metrics::counter!("quiver_http_connections_refused_total", "reason" => refusal.label())

@@ -136,8 +136,17 @@ async fn the_longest_names_in_every_script_are_flushed_merged_and_fetched_by_a_w
     assert_eq!(counts(follower, &names).await, expected);
     // Every file of the follower is under a component that fits the file system.
     let root = follower.spec.data_dir.join("parquet");
-    let files = crate::lifecycle::parquet_files(follower);
+    // Files a merge replaced stay on disk for the compaction input grace (6 s here)
+    // before the follower deletes them: wait for the disk to hold just the listed ones.
     let listed: u64 = on_leader.iter().flatten().map(|(_, f, _)| f).sum();
+    follower
+        .wait_for(
+            "replaced files deleted after their grace",
+            Duration::from_secs(60),
+            || async { crate::lifecycle::parquet_files(follower).len() as u64 == listed },
+        )
+        .await;
+    let files = crate::lifecycle::parquet_files(follower);
     assert_eq!(files.len() as u64, listed, "{files:?}");
     for (path, _) in &files {
         for part in std::path::Path::new(path).components() {

@@ -130,9 +130,26 @@ async fn a_client_that_never_handshakes_holds_its_slot_only_until_the_deadline()
     // The harness's kept-alive connection from start-up holds a slot until the header
     // deadline closes it; were it to close while the stalled sockets below wait, the
     // request would take its slot at once. Wait until only the asking connection is
-    // open (the gauge counts it).
+    // open (the gauge counts it); it asks the server to close it after answering, so
+    // its own slot is free before the stalled sockets connect.
     let quiet = Instant::now() + Duration::from_secs(30);
-    while crate::common::metric(&fresh, &node.url, "quiver_http_connections").await != Some(1.0) {
+    loop {
+        let answer = fresh
+            .get(format!("{}/metrics", node.url))
+            .header("connection", "close")
+            .send()
+            .await;
+        let text = match answer {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        let open = text
+            .lines()
+            .find_map(|l| l.strip_prefix("quiver_http_connections "))
+            .and_then(|v| v.trim().parse::<f64>().ok());
+        if open == Some(1.0) {
+            break;
+        }
         assert!(
             Instant::now() < quiet,
             "connections from start-up never closed"
