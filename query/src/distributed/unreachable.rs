@@ -87,11 +87,7 @@ impl Reruns {
     /// Whether the run that just failed should run again: a worker failed during it
     /// and the query has reruns left.
     pub(crate) fn run_again(&mut self) -> bool {
-        let failed = self
-            .workers
-            .as_ref()
-            .is_some_and(|w| w.failures() > self.failures_before);
-        if !failed || self.reruns >= RERUNS_MAX {
+        if !self.worker_failed() || self.reruns >= RERUNS_MAX {
             return false;
         }
         self.reruns += 1;
