@@ -57,6 +57,9 @@ const MEMBERSHIP_TIMEOUT_MS: u64 = 120_000;
 pub const PEER_STATE_PATH: &str = "/internal/state";
 /// How long a starting node waits for a peer's state.
 const BOOTSTRAP_PROBE_TIMEOUT_MS: u64 = 1_000;
+/// How long a starting node keeps asking silent peers for their state while no leader
+/// has answered (a restored node learns only from a leader that it lost entries).
+const BOOTSTRAP_PROBE_PATIENCE_MS: u64 = 3_000;
 /// Pause between two rounds of asking the peers.
 const BOOTSTRAP_PROBE_INTERVAL_MS: u64 = 250;
 /// A forming node logs that it still waits every this many rounds.

@@ -83,8 +83,9 @@ pub(super) fn refuse_a_lost_log_alone(
 ///   it had matched. Closed when the log ends before that (also after a `wal.sync =
 ///   batch` power loss that lost acknowledged entries).
 ///
-/// Peers are asked at once, each within [`BOOTSTRAP_PROBE_TIMEOUT_MS`]; the node serves
-/// no vote before this returns.
+/// Peers are asked at once, each within [`BOOTSTRAP_PROBE_TIMEOUT_MS`], and asked again
+/// while a peer is silent and no leader has answered (see
+/// [`ask_peers_until_a_leader_answers`]); the node serves no vote before this returns.
 pub(super) async fn close_barrier_if_votes_were_lost(
     config: &RaftConfig,
     peers: &PeerClient,
@@ -101,19 +102,7 @@ pub(super) async fn close_barrier_if_votes_were_lost(
     if known && !initialized {
         return Ok(());
     }
-    let timeout = Duration::from_millis(BOOTSTRAP_PROBE_TIMEOUT_MS);
-    let others: Vec<&(NodeId, String)> = config
-        .peers
-        .iter()
-        .filter(|(id, _)| *id != config.node_id)
-        .collect();
-    let answers = futures::future::join_all(
-        others
-            .iter()
-            .map(|(_, addr)| peers.get::<PeerState>(addr, PEER_STATE_PATH, timeout)),
-    )
-    .await;
-    let states: Vec<PeerState> = answers.into_iter().filter_map(Result::ok).collect();
+    let states = ask_peers_until_a_leader_answers(config, peers).await;
     let node_id = config.node_id;
     if !known {
         let voter = states.iter().any(|s| s.voters.contains(&node_id));
@@ -144,6 +133,50 @@ pub(super) async fn close_barrier_if_votes_were_lost(
         barrier.close_lost_vote()?;
     }
     Ok(())
+}
+
+/// Asks every other peer for its state, again and again for those that did not answer,
+/// until all have answered, one that answered leads (its `matched` is what a restored
+/// node needs), or [`BOOTSTRAP_PROBE_PATIENCE_MS`] has passed. One round of one-second
+/// probes was not enough: a leader slow to answer on a loaded machine left a node
+/// restored from an old copy believing nothing was lost, and it voted at once.
+async fn ask_peers_until_a_leader_answers(
+    config: &RaftConfig,
+    peers: &PeerClient,
+) -> Vec<PeerState> {
+    let timeout = Duration::from_millis(BOOTSTRAP_PROBE_TIMEOUT_MS);
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(BOOTSTRAP_PROBE_PATIENCE_MS);
+    let mut unanswered: Vec<&(NodeId, String)> = config
+        .peers
+        .iter()
+        .filter(|(id, _)| *id != config.node_id)
+        .collect();
+    let mut states: Vec<PeerState> = Vec::new();
+    loop {
+        let answers = futures::future::join_all(
+            unanswered
+                .iter()
+                .map(|(_, addr)| peers.get::<PeerState>(addr, PEER_STATE_PATH, timeout)),
+        )
+        .await;
+        let mut silent = Vec::new();
+        for (peer, answer) in unanswered.into_iter().zip(answers) {
+            match answer {
+                Ok(state) => states.push(state),
+                Err(e) => silent.push((peer, e)),
+            }
+        }
+        let leader_answered = states.iter().any(|s| s.matched.is_some());
+        if silent.is_empty() || leader_answered || tokio::time::Instant::now() >= deadline {
+            for ((id, _), e) in &silent {
+                tracing::info!(node_id = config.node_id, peer = id, error = %e,
+                    "a peer did not tell its state while this node started");
+            }
+            return states;
+        }
+        unanswered = silent.into_iter().map(|(peer, _)| peer).collect();
+        tokio::time::sleep(Duration::from_millis(BOOTSTRAP_PROBE_INTERVAL_MS)).await;
+    }
 }
 
 /// What a node tells a peer that starts with an empty log (`GET /internal/state`).
