@@ -179,7 +179,7 @@ def snapshot_bytes(root):
 
 def bench_backfill(exe, days, measurements):
     root = tempfile.mkdtemp(prefix="quiver-lifecycle-")
-    common = dict(storage_flush_age_ms=500, limits_write_hours_max=24 * 7 + 1,
+    common = dict(storage_flush_age_ms=500, limits_write_files_max=24 * 7 + 1,
                   raft_snapshot_interval_ms_min=2000, compaction_check_interval_ms=500)
     node = Node(exe, root, compaction_enabled="false", **common)
     node.start()
@@ -261,7 +261,7 @@ def bench_merge(exe, rows_per_hour, hours):
     (one closed day), written with compaction off, then merged into one day file."""
     root = tempfile.mkdtemp(prefix="quiver-merge-")
     common = dict(storage_flush_age_ms=500, compaction_check_interval_ms=500,
-                  limits_write_hours_max=2)
+                  limits_write_files_max=2)
     node = Node(exe, root, compaction_enabled="false", **common)
     node.start()
     day0 = time.time_ns() // DAY_NS * DAY_NS - 3 * DAY_NS
@@ -308,7 +308,7 @@ def bench_restart(exe, files, measurements=100):
     root = tempfile.mkdtemp(prefix="quiver-restart-")
     hours = max(1, files // measurements)
     node = Node(exe, root, compaction_enabled="false", storage_flush_age_ms=500,
-                limits_write_hours_max=hours + 1, raft_snapshot_interval_ms_min=500)
+                limits_write_files_max=hours + 1, raft_snapshot_interval_ms_min=500)
     node.start()
     start = time.time_ns() // HOUR_NS * HOUR_NS - (hours + 48) * HOUR_NS
     started = time.monotonic()
@@ -371,7 +371,7 @@ def ingest_for(node, seconds, start_id):
 
 def bench_ingest(exe, days, measurements):
     root = tempfile.mkdtemp(prefix="quiver-ingest-")
-    common = dict(storage_flush_age_ms=500, limits_write_hours_max=24 * 7 + 1,
+    common = dict(storage_flush_age_ms=500, limits_write_files_max=24 * 7 + 1,
                   compaction_check_interval_ms=500)
     node = Node(exe, root, compaction_enabled="false", **common)
     node.start()

@@ -20,7 +20,7 @@ pub enum Error {
     /// The client's to fix: `detail` says what was counted and how to split the write.
     #[error("{limit} = {max} exceeded: {detail}")]
     LimitExceeded {
-        /// The limit's name as configured, e.g. `write_hours_max`.
+        /// The limit's name as configured, e.g. `write_files_max`.
         limit: &'static str,
         /// What the write needs (at least this much: decoders stop counting early).
         value: u64,

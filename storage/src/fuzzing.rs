@@ -12,7 +12,7 @@ use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::TimestampNanosecondType;
 
 use crate::error::Error;
-use crate::ids::TimestampNs;
+use crate::file_span::FileSpans;
 use crate::limits::WriteLimits;
 use crate::line_protocol::{parse_line_protocol, LpOutput, Precision};
 use crate::msgpack::decode_msgpack;
@@ -23,12 +23,12 @@ use crate::schema::TIME_COLUMN;
 pub const NOW_NS: i64 = 1_700_000_000_000_000_000;
 
 /// Limits a fuzz input of a few hundred bytes can cross: 4 columns, 3 measurements,
-/// 3 hours, 16 KiB decoded.
+/// 3 files at flush, 16 KiB decoded.
 pub fn tight_limits() -> WriteLimits {
     WriteLimits {
         columns_per_table_max: 4,
         measurements_per_write_max: 3,
-        write_hours_max: 3,
+        write_files_max: 3,
         write_decoded_bytes_max: 16 * 1024,
     }
 }
@@ -139,7 +139,7 @@ fn check_limits<'a>(
 ) {
     let mut measurements: HashSet<&str> = HashSet::new();
     let mut columns: std::collections::HashMap<&str, HashSet<String>> = Default::default();
-    let mut hours: HashSet<i64> = HashSet::new();
+    let mut times: Vec<i64> = Vec::new();
     for (measurement, batch) in tables {
         measurements.insert(measurement);
         let names = columns.entry(measurement).or_default();
@@ -153,12 +153,14 @@ fn check_limits<'a>(
             panic!("{measurement:?} has no time column");
         };
         let time = time.as_primitive::<TimestampNanosecondType>();
-        hours.extend(time.values().iter().map(|&t| TimestampNs(t).hour_floor().0));
+        times.extend(time.values().iter());
     }
     assert!(measurements.len() <= limits.measurements_per_write_max);
+    let spans = FileSpans::of(times.iter().copied());
+    let files: HashSet<i64> = times.iter().map(|&t| spans.bucket(t)).collect();
     assert!(
-        hours.len() <= limits.write_hours_max,
-        "{} hours",
-        hours.len()
+        files.len() <= limits.write_files_max,
+        "{} files",
+        files.len()
     );
 }

@@ -14,6 +14,7 @@ pub mod compaction;
 pub mod durable;
 mod error;
 mod file_list;
+mod file_span;
 mod file_store;
 pub mod fuzzing;
 pub mod heap;

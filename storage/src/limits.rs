@@ -1,14 +1,15 @@
 //! How much one write may ask of a node, in the units that cost it something.
 //!
 //! A decoder holds every row of a write in memory before it is proposed, and each table
-//! of the write later becomes Parquet files: one per hour of data per flush. Counting
+//! of the write later becomes Parquet files: one per hour of recent data and one per day
+//! of history per flush (`file_span`). Counting
 //! lines or objects bounds none of that; these limits bound what a write *builds*.
 //!
 //! | limit | default | what it bounds |
 //! |---|---|---|
 //! | `columns_per_table_max` | 500 | width of a measurement (time + tags + fields): the null padding every row of a sparse table costs, and the width of its Parquet files |
 //! | `measurements_per_write_max` | 1,000 | tables one write opens (builders now, files at the next flush) |
-//! | `write_hours_max` | 168 | distinct hours one write touches: each becomes a Parquet file per measurement at flush |
+//! | `write_files_max` (was `write_hours_max`) | 400 | files one write's rows make per measurement at flush: one per hour of the two newest days of its data, one per older day |
 //! | `write_decoded_bytes_max` | 512 MiB | the Arrow bytes a write decodes to, nulls included, plus the report of rejected lines |
 //!
 //! Why these defaults:
@@ -19,11 +20,12 @@
 //! - 1,000 measurements is Telegraf's default `metric_batch_size`, so no Telegraf batch
 //!   can reach it, and half of InfluxDB 3 Core's limit on tables across all databases
 //!   (2,000): one request opening more tables than that is a bug or an attack.
-//! - 168 hours is a week of data per request. Live collectors span one or two hours; a
-//!   collector catching up after days offline still fits; a longer backfill is split by
-//!   time, which the error says. Each distinct hour is a file written and fsynced (with its
-//!   directory) at flush, so the limit keeps one request from making a flush of thousands
-//!   of files.
+//! - 400 files is a year of history in one request (a day file each) plus two days of
+//!   hour files. Live collectors span one or two hours; a collector catching up after
+//!   days offline and a backfill of a year fit; a longer one is split by time, which the
+//!   error says. Each file is written and fsynced (with its directory) at flush, so the
+//!   limit keeps one request from making a flush of thousands of files. (It was 168
+//!   hours, a week, while every file held one hour: a backfill script had to know that.)
 //! - 512 MiB is `http.decompressed_bytes_max`'s default and a quarter of the default
 //!   buffer memory (`storage.memory_bytes_max`, 2 GiB); the decoded batches also become
 //!   one log entry of about that size. Dense data decodes to a small multiple of its
@@ -32,11 +34,12 @@
 //!   short its line. This limit is what bounds that product; the column cap alone does
 //!   not (rows × columns).
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::file_span::{day_floor, FileSpans};
 use crate::ids::TimestampNs;
 
 /// Bytes charged for each column of each batch besides its values: the Arrow array and
@@ -55,9 +58,12 @@ pub struct WriteLimits {
     pub columns_per_table_max: usize,
     /// Most distinct measurements one write may name; over it the whole write is refused.
     pub measurements_per_write_max: usize,
-    /// Most distinct hours (UTC, `time` floored to the hour) one write's rows may fall
-    /// in; over it the whole write is refused and the client is told to split by time.
-    pub write_hours_max: usize,
+    /// Most Parquet files one write's rows may make per measurement at flush (UTC hours of
+    /// the two newest days of its rows, UTC days before; see `file_span`); over it the
+    /// whole write is refused and the client is told to split by time. Called
+    /// `write_hours_max` while every file held one hour: that name is still read.
+    #[serde(alias = "write_hours_max")]
+    pub write_files_max: usize,
     /// Most bytes of Arrow data one write may decode to, counting the nulls that pad
     /// sparse columns (and, for line protocol, the report of rejected lines); over it
     /// the whole write is refused.
@@ -69,7 +75,7 @@ impl Default for WriteLimits {
         WriteLimits {
             columns_per_table_max: 500,
             measurements_per_write_max: 1_000,
-            write_hours_max: 168,
+            write_files_max: 400,
             write_decoded_bytes_max: 512 * 1024 * 1024,
         }
     }
@@ -86,7 +92,7 @@ impl WriteLimits {
                 self.measurements_per_write_max,
                 1,
             ),
-            ("write_hours_max", self.write_hours_max, 1),
+            ("write_files_max", self.write_files_max, 1),
             ("write_decoded_bytes_max", self.write_decoded_bytes_max, 1),
         ];
         for (name, value, min) in checks {
@@ -115,58 +121,91 @@ impl WriteLimits {
     }
 }
 
-/// The distinct hours a write's rows fall in, counted up to `write_hours_max`.
+/// The files a write's rows will make at flush, counted against `write_files_max`: the
+/// distinct hours of each UTC day, and at the end, with the write's newest row known,
+/// one file per day older than the day before it (`file_span`).
 #[derive(Debug)]
-pub(crate) struct HourSet {
-    seen: HashSet<i64>,
+pub(crate) struct FileBuckets {
+    /// Per distinct UTC day, a bit for each hour holding rows.
+    days: HashMap<i64, u32>,
     /// The hour of the previous row: consecutive rows usually share it.
     last: Option<i64>,
+    /// The newest time seen.
+    newest: Option<i64>,
     max: usize,
 }
 
-impl HourSet {
+impl FileBuckets {
     pub(crate) fn new(limits: &WriteLimits) -> Self {
-        HourSet {
-            seen: HashSet::new(),
+        FileBuckets {
+            days: HashMap::new(),
             last: None,
-            max: limits.write_hours_max,
+            newest: None,
+            max: limits.write_files_max,
         }
     }
 
-    /// Records the hour of `time_ns`; an error once the write spans more hours than the
-    /// limit allows.
+    /// Records the time of a row; an error once the write spans more days than the
+    /// limit allows files (every day makes one at least).
     pub(crate) fn insert(&mut self, time_ns: i64) -> Result<()> {
+        self.newest = Some(self.newest.map_or(time_ns, |n| n.max(time_ns)));
         let hour = TimestampNs(time_ns).hour_floor().0;
         if self.last == Some(hour) {
             return Ok(());
         }
-        if self.seen.contains(&hour) {
-            self.last = Some(hour);
-            return Ok(());
+        let day = day_floor(time_ns);
+        let bit = (time_ns.saturating_sub(day) / TimestampNs::HOUR_NS).clamp(0, 23) as u32;
+        if !self.days.contains_key(&day) && self.days.len() >= self.max {
+            return Err(self.refusal(self.days.len() + 1));
         }
-        if self.seen.len() >= self.max {
-            return Err(Error::LimitExceeded {
-                limit: "write_hours_max",
-                value: self.max as u64 + 1,
-                max: self.max as u64,
-                detail: format!(
-                    "the write's rows fall in more than {} distinct hours, and each hour \
-                     becomes a Parquet file per measurement at flush; backfills are welcome, \
-                     but split them by time into requests spanning at most {} hours",
-                    self.max, self.max
-                ),
-            });
-        }
-        self.seen.insert(hour);
+        *self.days.entry(day).or_default() |= 1 << bit;
         self.last = Some(hour);
-        debug_assert!(self.seen.len() <= self.max);
+        debug_assert!(self.days.len() <= self.max);
         Ok(())
     }
 
-    /// Distinct hours seen so far.
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.seen.len()
+    /// The files the rows so far make at flush, by the write's own newest row (a flush
+    /// whose segment holds newer rows makes as many or fewer: buckets only widen).
+    pub(crate) fn files(&self) -> usize {
+        let Some(newest) = self.newest else {
+            return 0;
+        };
+        let spans = FileSpans::below(newest);
+        self.days
+            .iter()
+            .map(|(&day, hours)| {
+                if spans.width(day) == TimestampNs::HOUR_NS {
+                    hours.count_ones() as usize
+                } else {
+                    1
+                }
+            })
+            .sum()
+    }
+
+    /// The check once every row is in: an error if they make too many files.
+    pub(crate) fn finish(&self) -> Result<()> {
+        let files = self.files();
+        if files > self.max {
+            return Err(self.refusal(files));
+        }
+        Ok(())
+    }
+
+    fn refusal(&self, files: usize) -> Error {
+        Error::LimitExceeded {
+            limit: "write_files_max",
+            value: files as u64,
+            max: self.max as u64,
+            detail: format!(
+                "the write's rows would make {files} Parquet files per measurement at flush \
+                 (one per UTC hour of the two newest days of its rows, one per day before), \
+                 more than {}; backfills are welcome, but split them by time into requests \
+                 of at most {} days",
+                self.max,
+                self.max.saturating_sub(48).max(1)
+            ),
+        }
     }
 }
 
@@ -350,11 +389,11 @@ mod tests {
     fn defaults_are_valid_and_zero_is_refused() {
         WriteLimits::default().validate().unwrap();
         let zero = WriteLimits {
-            write_hours_max: 0,
+            write_files_max: 0,
             ..WriteLimits::default()
         };
         let err = zero.validate().unwrap_err().to_string();
-        assert!(err.contains("write_hours_max"), "{err}");
+        assert!(err.contains("write_files_max"), "{err}");
         let narrow = WriteLimits {
             columns_per_table_max: 1,
             ..WriteLimits::default()
@@ -363,26 +402,56 @@ mod tests {
     }
 
     #[test]
-    fn hours_are_counted_once_each_and_refused_past_the_limit() {
+    fn recent_hours_are_counted_once_each_and_refused_past_the_limit() {
         let limits = WriteLimits {
-            write_hours_max: 3,
+            write_files_max: 3,
             ..WriteLimits::default()
         };
-        let mut hours = HourSet::new(&limits);
+        let mut files = FileBuckets::new(&limits);
         let h = TimestampNs::HOUR_NS;
         for t in [0, 1, h - 1, h, 0, 2 * h + 5, h + 1, -1 + 3 * h] {
-            hours.insert(t).unwrap();
+            files.insert(t).unwrap();
         }
-        assert_eq!(hours.len(), 3);
-        let err = hours.insert(-1).unwrap_err().to_string();
+        assert_eq!(files.files(), 3);
+        files.finish().unwrap();
+        files.insert(3 * h).unwrap();
+        let err = files.finish().unwrap_err().to_string();
         assert!(
-            err.contains("write_hours_max") && err.contains("split them by time"),
+            err.contains("write_files_max") && err.contains("split them by time"),
             "{err}"
         );
-        // A refused hour is not recorded; known hours still pass.
-        assert_eq!(hours.len(), 3);
-        assert!(hours.insert(-1).is_err(), "refused again, not cached");
-        hours.insert(h).unwrap();
+    }
+
+    #[test]
+    fn history_counts_a_file_per_day_and_the_old_name_is_read() {
+        let limits = WriteLimits {
+            write_files_max: 60,
+            ..WriteLimits::default()
+        };
+        let h = TimestampNs::HOUR_NS;
+        let day = 24 * h;
+        // 50 days of hourly rows, oldest first: 48 day files and 2 x 24 hour files.
+        let mut files = FileBuckets::new(&limits);
+        for t in (0..50 * day).step_by(h as usize) {
+            files.insert(t).unwrap();
+        }
+        assert_eq!(files.files(), 48 + 48);
+        assert!(files.finish().is_err());
+        // The same newest first: the same count (the end decides, not the order).
+        let mut files = FileBuckets::new(&limits);
+        for t in (0..50 * 24).rev().map(|i| i * h) {
+            files.insert(t).unwrap();
+        }
+        assert_eq!(files.files(), 96);
+        // A day past the limit is refused as it comes: every day makes a file.
+        let mut files = FileBuckets::new(&limits);
+        for d in 0..60 {
+            files.insert(d * day).unwrap();
+        }
+        files.finish().unwrap();
+        assert!(files.insert(60 * day).is_err());
+        let old: WriteLimits = serde_json::from_str(r#"{"write_hours_max": 7}"#).unwrap();
+        assert_eq!(old.write_files_max, 7);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Turning a frozen segment into Parquet files: one per hour of data, rows sorted by
+//! Turning a frozen segment into Parquet files: one per hour of data (a day for history: `file_span`), rows sorted by
 //! tags then time, tags dictionary-encoded, zstd, page statistics, and the file's own
 //! [`FileMeta`] in its key-value metadata.
 
@@ -87,7 +87,8 @@ pub struct SegmentSource<'a> {
 /// where one write of the whole file would put them).
 const FLUSH_CHUNK_ROWS: usize = 64 * 1024;
 
-/// Encodes a segment into one Parquet file per hour of data it holds.
+/// Encodes a segment into one Parquet file per bucket of data it holds: an hour, or a
+/// day for rows older than the day before the segment's newest (see `file_span`).
 ///
 /// The rows are never concatenated or copied whole: their order is computed from the
 /// sort keys alone ([`segment_order`]) and each file is written from chunks of
@@ -115,15 +116,19 @@ pub fn encode_segment(
         .map(|b| time_values(b).map(|t| t.values().as_ref()))
         .collect::<Result<_>>()?;
     let time_of = |&(batch, row): &RowRef| times[batch as usize][row as usize];
-    let hour_of = |r: &RowRef| TimestampNs(time_of(r)).hour_floor();
+    let bucket_of = |r: &RowRef| TimestampNs(segment.spans.bucket(time_of(r)));
     let mut runs: Vec<(TimestampNs, usize, usize)> = Vec::new();
     let mut start = 0;
     for i in 1..=order.len() {
-        if i == order.len() || hour_of(&order[i]) != hour_of(&order[start]) {
-            runs.push((hour_of(&order[start]), start, i - start));
+        if i == order.len() || bucket_of(&order[i]) != bucket_of(&order[start]) {
+            runs.push((bucket_of(&order[start]), start, i - start));
             start = i;
         }
     }
+    debug_assert!(
+        runs.windows(2).all(|w| w[0].0 < w[1].0),
+        "one run per bucket"
+    );
     let segment_files = u32::try_from(runs.len())
         .map_err(|_| Error::InvalidPayload("segment spans too many hours".into()))?;
     let columns: std::sync::Arc<[ColumnMeta]> = source
@@ -135,7 +140,7 @@ pub fn encode_segment(
         })
         .collect();
     let mut out = Vec::with_capacity(runs.len());
-    for (hour, offset, len) in runs {
+    for (bucket, offset, len) in runs {
         let rows = &order[offset..offset + len];
         let (time_min, time_max) = rows
             .iter()
@@ -155,7 +160,7 @@ pub fn encode_segment(
             path: parquet_path(
                 source.database,
                 source.measurement,
-                hour,
+                bucket,
                 source.log_first,
                 source.log_last,
             ),

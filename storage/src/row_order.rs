@@ -1,5 +1,6 @@
-//! The order a segment's rows are written in: hour, then tags (the table's sort lead
-//! first, then the others by name; see `sort_lead`), then time.
+//! The order a segment's rows are written in: file bucket (an hour, or a day for
+//! history: see `file_span`), then tags (the table's sort lead first, then the others
+//! by name; see `sort_lead`), then time.
 //!
 //! Sorting by comparing tag strings row against row was a third of a node's CPU during
 //! ingest (`lexsort_to_indices` over dictionary columns compares the strings behind the
@@ -19,6 +20,7 @@ use arrow::compute::{concat_batches, interleave, lexsort_to_indices, SortColumn}
 use arrow::datatypes::Int32Type;
 
 use crate::error::Result;
+use crate::file_span::FileSpans;
 use crate::ids::TimestampNs;
 use crate::int_width::gather_integers;
 use crate::parquet_encode::time_values;
@@ -46,15 +48,17 @@ pub(crate) struct SegmentTag {
 
 /// The file order of a segment's rows, and its tags as segment-wide dictionaries.
 pub(crate) struct SegmentOrder {
-    /// Every row, in hour, tags, time order.
+    /// Every row, in bucket, tags, time order.
     pub(crate) rows: Vec<RowRef>,
+    /// The file buckets the rows were sorted by (one file each).
+    pub(crate) spans: FileSpans,
     /// Tag columns with a segment-wide dictionary (empty when the tags are not
     /// dictionaries of strings: then chunks are interleaved column by column).
     tags: Vec<SegmentTag>,
 }
 
 /// Where the rows of `batches` (all of one schema) go: `(batch, row)` pairs sorted by
-/// hour of `time`, then every tag (`lead` first, the others in schema order), then `time`, rows equal on all of
+/// file bucket of `time`, then every tag (`lead` first, the others in schema order), then `time`, rows equal on all of
 /// them in input order, as if the batches were one. Nothing is copied but the sort
 /// keys: the caller takes the rows in this order a chunk at a time
 /// ([`SegmentOrder::take`]), so a flush never holds a second copy of its segment.
@@ -69,9 +73,16 @@ pub(crate) fn segment_order(batches: &[RecordBatch], lead: Option<&str>) -> Resu
             "a segment of more than 2^32 rows cannot be sorted".into(),
         ));
     }
-    let (global, tags) = match rank_order(batches, lead)? {
+    let mut newest: Option<i64> = None;
+    for batch in batches {
+        if let Some(max) = arrow::compute::max(time_values(batch)?) {
+            newest = Some(newest.map_or(max, |n| n.max(max)));
+        }
+    }
+    let spans = FileSpans::of(newest);
+    let (global, tags) = match rank_order(batches, lead, &spans)? {
         Some(ranked) => ranked,
-        None => (generic_order(batches, lead)?, Vec::new()),
+        None => (generic_order(batches, lead, &spans)?, Vec::new()),
     };
     debug_assert_eq!(global.len(), offsets[offsets.len() - 1]);
     let rows = global
@@ -84,7 +95,7 @@ pub(crate) fn segment_order(batches: &[RecordBatch], lead: Option<&str>) -> Resu
             (batch as u32, (row - offsets[batch]) as u32)
         })
         .collect();
-    Ok(SegmentOrder { rows, tags })
+    Ok(SegmentOrder { rows, tags, spans })
 }
 
 impl SegmentOrder {
@@ -174,6 +185,7 @@ impl SegmentTag {
 fn rank_order(
     batches: &[RecordBatch],
     lead: Option<&str>,
+    spans: &FileSpans,
 ) -> Result<Option<(Vec<u32>, Vec<SegmentTag>)>> {
     let Some(first) = batches.first() else {
         return Ok(Some((Vec::new(), Vec::new())));
@@ -204,9 +216,9 @@ fn rank_order(
             keys,
         });
     }
-    let order = match packed_order(batches, &series, series_count)? {
+    let order = match packed_order(batches, &series, series_count, spans)? {
         Some(order) => order,
-        None => compared_order(batches, &series)?,
+        None => compared_order(batches, &series, spans)?,
     };
     Ok(Some((order, tags)))
 }
@@ -265,56 +277,68 @@ fn fold_series_within(
 
 /// Bits of a time's offset into its hour (3.6e12 ns < 2^42).
 const TIME_IN_HOUR_BITS: u32 = 42;
+/// Bits of a time's offset into its day (8.64e13 ns < 2^47).
+const TIME_IN_DAY_BITS: u32 = 47;
 
-/// The order from one 128-bit key per row (hour since the first, series rank, the time
-/// into the hour, the row number), when the keys fit: one contiguous array of integers
-/// sorts several times faster than indices compared through the columns.
+/// The order from one 128-bit key per row (bucket start in hours since the first, series
+/// rank, the time into the bucket, the row number), when the keys fit: one contiguous
+/// array of integers sorts several times faster than indices compared through the
+/// columns.
 fn packed_order(
     batches: &[RecordBatch],
     series: &[u32],
     series_count: u32,
+    spans: &FileSpans,
 ) -> Result<Option<Vec<u32>>> {
     let bits = |most: u64| u64::BITS - most.leading_zeros();
-    let mut hour_range: Option<(i64, i64)> = None;
+    let mut bucket_range: Option<(i64, i64)> = None;
     for batch in batches {
         for &t in time_values(batch)?.values().iter() {
-            let hour = TimestampNs(t).hour_floor().0;
-            hour_range =
-                Some(hour_range.map_or((hour, hour), |(lo, hi)| (lo.min(hour), hi.max(hour))));
+            let bucket = spans.bucket(t);
+            bucket_range = Some(bucket_range.map_or((bucket, bucket), |(lo, hi)| {
+                (lo.min(bucket), hi.max(bucket))
+            }));
         }
     }
-    let Some((first_hour, last_hour)) = hour_range else {
+    let Some((first_bucket, last_bucket)) = bucket_range else {
         return Ok(Some(Vec::new()));
     };
+    // Bucket starts are whole hours (days are 24 of them), so hours number them in order.
     let hour_step = TimestampNs::HOUR_NS;
-    let Some(hour_bits) = last_hour
-        .checked_sub(first_hour)
+    let Some(bucket_bits) = last_bucket
+        .checked_sub(first_bucket)
         .and_then(|span| u64::try_from(span / hour_step).ok())
         .map(bits)
     else {
         return Ok(None);
     };
+    let time_bits = if spans.has_days_from(first_bucket) {
+        TIME_IN_DAY_BITS
+    } else {
+        TIME_IN_HOUR_BITS
+    };
     let series_bits = bits(u64::from(series_count.saturating_sub(1)));
     let row_bits = bits(series.len() as u64);
-    if hour_bits + series_bits + TIME_IN_HOUR_BITS + row_bits > u128::BITS {
+    if bucket_bits + series_bits + time_bits + row_bits > u128::BITS {
         return Ok(None);
     }
     let mut keys: Vec<u128> = Vec::with_capacity(series.len());
     for batch in batches {
         for &t in time_values(batch)?.values().iter() {
             let row = keys.len();
-            let hour = TimestampNs(t).hour_floor().0;
-            let into_hour = i128::from(t) - i128::from(hour);
-            // Outside one hour only where `hour_floor` saturated (times near the ends
-            // of the i64 range): the comparator handles those.
-            if !(0..i128::from(hour_step)).contains(&into_hour) {
+            let bucket = spans.bucket(t);
+            let into_bucket = i128::from(t) - i128::from(bucket);
+            // Outside its bucket only where the floor saturated (times near the ends
+            // of the i64 range), or not on an hour: the comparator handles those.
+            if !(0..i128::from(spans.width(bucket)).min(1 << time_bits)).contains(&into_bucket)
+                || (i128::from(bucket) - i128::from(first_bucket)) % i128::from(hour_step) != 0
+            {
                 return Ok(None);
             }
-            let hour_index =
-                ((i128::from(hour) - i128::from(first_hour)) / i128::from(hour_step)) as u128;
-            let key = (((hour_index << series_bits) | u128::from(series[row]))
-                << TIME_IN_HOUR_BITS
-                | into_hour as u128)
+            let bucket_index =
+                ((i128::from(bucket) - i128::from(first_bucket)) / i128::from(hour_step)) as u128;
+            let key = (((bucket_index << series_bits) | u128::from(series[row])) << time_bits
+                | into_bucket as u128)
                 << row_bits
                 | row as u128;
             keys.push(key);
@@ -325,9 +349,9 @@ fn packed_order(
     Ok(Some(keys.into_iter().map(|k| (k & mask) as u32).collect()))
 }
 
-/// The same order by comparing each row's (hour, series rank, time, row) where they
+/// The same order by comparing each row's (bucket, series rank, time, row) where they
 /// lie, for keys that do not fit 128 bits.
-fn compared_order(batches: &[RecordBatch], series: &[u32]) -> Result<Vec<u32>> {
+fn compared_order(batches: &[RecordBatch], series: &[u32], spans: &FileSpans) -> Result<Vec<u32>> {
     let mut time: Vec<i64> = Vec::with_capacity(series.len());
     for batch in batches {
         time.extend_from_slice(time_values(batch)?.values());
@@ -335,12 +359,7 @@ fn compared_order(batches: &[RecordBatch], series: &[u32]) -> Result<Vec<u32>> {
     let mut order: Vec<u32> = (0..series.len() as u32).collect();
     let key = |row: u32| {
         let row = row as usize;
-        (
-            TimestampNs(time[row]).hour_floor().0,
-            series[row],
-            time[row],
-            row,
-        )
+        (spans.bucket(time[row]), series[row], time[row], row)
     };
     // The row number makes the key unique: the sort is then stable.
     order.sort_unstable_by_key(|&row| key(row));
@@ -401,7 +420,11 @@ fn row_ranks(dictionaries: &[TagKeys<'_>], rows: usize) -> Option<Ranked> {
 /// The same order through Arrow's comparators, for columns the ranks do not cover
 /// (this path concatenates the segment: it is not taken for tags in memory, which are
 /// always dictionaries).
-fn generic_order(batches: &[RecordBatch], lead: Option<&str>) -> Result<Vec<u32>> {
+fn generic_order(
+    batches: &[RecordBatch],
+    lead: Option<&str>,
+    spans: &FileSpans,
+) -> Result<Vec<u32>> {
     let Some(first) = batches.first() else {
         return Ok(Vec::new());
     };
@@ -413,11 +436,10 @@ fn generic_order(batches: &[RecordBatch], lead: Option<&str>) -> Result<Vec<u32>
         .collect::<Result<_>>()?;
     let batch = concat_batches(&schema, &batches)?;
     let time = time_values(&batch)?;
-    let hours = arrow::array::Int64Array::from_iter_values(
-        time.values().iter().map(|&t| TimestampNs(t).hour_floor().0),
-    );
+    let buckets =
+        arrow::array::Int64Array::from_iter_values(time.values().iter().map(|&t| spans.bucket(t)));
     let mut keys = vec![SortColumn {
-        values: std::sync::Arc::new(hours),
+        values: std::sync::Arc::new(buckets),
         options: None,
     }];
     for i in sort_tag_indices(&batch.schema(), lead) {
@@ -543,18 +565,20 @@ mod tests {
         #[test]
         fn ranks_across_batches_give_the_comparator_order_with_ties_in_input_order(
             rows in prop::collection::vec(
-                (0i64..4 * HOUR, prop::option::of(0u8..13), prop::option::of(0u8..13)),
+                (0i64..5 * 24 * HOUR, prop::option::of(0u8..13), prop::option::of(0u8..13)),
                 0..200,
             ),
             cuts in prop::collection::vec(0usize..200, 0..4),
             lead in prop::option::of(prop::sample::select(vec!["dc", "host"])),
         ) {
             // Key 12 is the null value (before rotation); times collide often so ties
-            // are common.
-            let rows: Vec<_> = rows.into_iter().map(|(t, h, d)| (t / (HOUR / 2) * 7, h, d)).collect();
+            // are common. Five days: the oldest rows fall in day buckets, the newest in
+            // hour buckets.
+            let rows: Vec<_> = rows.into_iter().map(|(t, h, d)| (t / (HOUR / 2) * (HOUR / 2), h, d)).collect();
             let input = parts(&rows, &cuts);
-            let (ranked, _) = rank_order(&input, lead).unwrap().expect("dictionary tags");
-            let generic = generic_order(&input, lead).unwrap();
+            let spans = FileSpans::of(rows.iter().map(|r| r.0));
+            let (ranked, _) = rank_order(&input, lead, &spans).unwrap().expect("dictionary tags");
+            let generic = generic_order(&input, lead, &spans).unwrap();
             prop_assert_eq!(&ranked, &generic);
             // The comparator path (keys too wide to pack) agrees with the packed one, and
             // folding through sorted pairs with folding through a table.
@@ -574,7 +598,7 @@ mod tests {
             }
             prop_assert_eq!(&series, &sorted_series);
             prop_assert_eq!(count, sorted_count);
-            let compared = compared_order(&input, &series).unwrap();
+            let compared = compared_order(&input, &series, &spans).unwrap();
             prop_assert_eq!(&compared, &generic);
             // Row references name the same rows as the global order.
             let order = segment_order(&input, lead).unwrap();
@@ -609,6 +633,42 @@ mod tests {
                 .collect();
             prop_assert_eq!(&global, &generic);
         }
+    }
+
+    #[test]
+    fn history_sorts_by_day_then_tags_and_recent_rows_by_hour() {
+        // (time, host key): host key 2 is "h0", 1 is "h1". Newest on day 3: days 2 and 3
+        // go by the hour, day 0 is one bucket.
+        let day = 24 * HOUR;
+        let rows = [
+            (3 * day + HOUR, Some(1), Some(0)),
+            (3 * day, Some(2), Some(0)),
+            (5 * HOUR, Some(2), Some(0)),
+            (HOUR, Some(1), Some(0)),
+            (2 * day + 2 * HOUR, Some(1), Some(0)),
+            (2 * day + HOUR, Some(2), Some(0)),
+        ];
+        let order = segment_order(&[batch(&rows, 0)], None).unwrap();
+        assert_eq!(order.spans, FileSpans::below(3 * day + HOUR));
+        let sorted = order
+            .take(
+                &[batch(&rows, 0)],
+                batch(&rows, 0).schema_ref(),
+                &order.rows,
+            )
+            .unwrap();
+        // Day 0 as one bucket: "h0" (5 h) before "h1" (1 h); then hour by hour.
+        assert_eq!(
+            time_values(&sorted).unwrap().values().to_vec(),
+            vec![
+                5 * HOUR,
+                HOUR,
+                2 * day + HOUR,
+                2 * day + 2 * HOUR,
+                3 * day,
+                3 * day + HOUR
+            ]
+        );
     }
 
     #[test]

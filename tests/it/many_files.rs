@@ -7,37 +7,44 @@ use serde_json::json;
 
 use crate::common::{Node, NodeSpec};
 
-/// One row in each of `hours` consecutive hours: one Parquet file per hour at flush.
+/// One row in each of `hours` consecutive hours from a UTC midnight: one Parquet file
+/// per hour at flush while `hours` is at most 48 (the newest two days of a flush go by
+/// the hour; older days make a file each).
 fn hourly_rows(measurement: &str, hours: i64) -> Vec<u8> {
-    let base = 1_600_000_000_000_000_000i64;
+    rmp_serde::to_vec_named(&hourly_object(measurement, hours)).unwrap()
+}
+
+fn hourly_object(measurement: &str, hours: i64) -> serde_json::Value {
+    // 2020-09-13T00:00:00Z.
+    let base = 1_599_955_200_000_000_000i64;
     let hour = 3_600_000_000_000i64;
-    rmp_serde::to_vec_named(&json!({"m": measurement, "columns": {
+    json!({"m": measurement, "columns": {
         "time": (0..hours).map(|h| base + h * hour).collect::<Vec<_>>(),
         "v": (0..hours).map(|h| h as f64).collect::<Vec<_>>(),
-    }}))
-    .unwrap()
+    }})
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_snapshot_listing_100_000_files_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    // 100 measurements backfilled over 1,000 hours each: 100,000 files, a manifest far
+    // 2,100 measurements over two days of hours each: 100,800 files, a manifest far
     // past the old 1 MiB frame bound ("frame header of 1098001 bytes" at 2,400 files).
-    let (measurements, hours) = (100i64, 1_000i64);
+    let (measurements, hours) = (2_100i64, 48i64);
     let files = measurements * hours;
     let mut node = Node::start(
         NodeSpec::new(dir.path())
-            .with("QUIVER_LIMITS_WRITE_HOURS_MAX", hours)
             .with("QUIVER_STORAGE_FLUSH_AGE_MS", 100)
             .with("QUIVER_RAFT_SNAPSHOT_INTERVAL_MS_MIN", 100)
             // The point is a snapshot of many files; merging them is compaction's.
             .with("QUIVER_COMPACTION_ENABLED", false),
     )
     .await;
-    for m in 0..measurements {
-        let (status, text) = node
-            .write_msgpack("db", hourly_rows(&format!("backfill{m}"), hours))
-            .await;
+    for first in (0..measurements).step_by(100) {
+        let objects: Vec<serde_json::Value> = (first..first + 100)
+            .map(|m| hourly_object(&format!("backfill{m}"), hours))
+            .collect();
+        let body = rmp_serde::to_vec_named(&objects).unwrap();
+        let (status, text) = node.write_msgpack("db", body).await;
         assert_eq!(status, 204, "{text}");
     }
     let written = std::time::Instant::now();

@@ -30,7 +30,7 @@
 //! [`LpOutput::rejected`] with its 1-based physical line number; one bad line never
 //! costs the valid lines around it (what `accept_partial` needs). A line that would
 //! widen its measurement past [`WriteLimits::columns_per_table_max`] is such a line. The
-//! limits that measure the body as a whole (measurements, hours, decoded bytes) refuse
+//! limits that measure the body as a whole (measurements, files at flush, decoded bytes) refuse
 //! it as a whole, as soon as they are crossed: [`Error::LimitExceeded`].
 //!
 //! The hot path keeps no per-line heap objects: tokens are borrowed from the body and
@@ -48,7 +48,7 @@ mod value;
 use arrow::record_batch::RecordBatch;
 
 use crate::error::{Error, Result};
-use crate::limits::{HourSet, WriteLimits};
+use crate::limits::{FileBuckets, WriteLimits};
 use crate::rows::FieldValue;
 use crate::schema::MeasurementSchema;
 pub use conflicts::reject_conflicting_rows;
@@ -138,7 +138,7 @@ pub fn parse_line_protocol_for(
         precision,
         now_ns,
         tables: Tables::new(stored, limits),
-        hours: HourSet::new(limits),
+        files: FileBuckets::new(limits),
         refused: None,
         rejected: Vec::new(),
         lines_total: 0,
@@ -181,7 +181,10 @@ pub fn parse_line_protocol_for(
     }
     match parser.refused.take() {
         Some(error) => Err(error),
-        None => Ok(parser.finish()),
+        None => {
+            parser.files.finish()?;
+            Ok(parser.finish())
+        }
     }
 }
 
@@ -237,8 +240,8 @@ struct Parser<'a, 's> {
     precision: Precision,
     now_ns: i64,
     tables: Tables<'s>,
-    /// The distinct hours of the accepted rows, against `write_hours_max`.
-    hours: HourSet,
+    /// The files the accepted rows make at flush, against `write_files_max`.
+    files: FileBuckets,
     /// Set when the body crossed a body-wide limit: parsing stops, the body is refused.
     refused: Option<Error>,
     rejected: Vec<LineError>,
@@ -333,7 +336,7 @@ impl<'a, 's> Parser<'a, 's> {
         self.tag_refs = recycle(tags);
         self.field_refs = recycle(fields);
         result?;
-        self.hours.insert(time_ns).map_err(Refusal::Body)
+        self.files.insert(time_ns).map_err(Refusal::Body)
     }
 
     fn reject(&mut self, line: usize, error: String, record: &str) {

@@ -707,10 +707,10 @@ fn too_many_measurements_refuse_the_body() {
 }
 
 #[test]
-fn too_many_hours_refuse_the_body_and_say_to_split_by_time() {
+fn too_many_files_refuse_the_body_and_say_to_split_by_time() {
     const HOUR: i64 = 3_600_000_000_000;
     let limits = WriteLimits {
-        write_hours_max: 3,
+        write_files_max: 3,
         ..WriteLimits::default()
     };
     let body: String = (0..30)
@@ -723,11 +723,30 @@ fn too_many_hours_refuse_the_body_and_say_to_split_by_time() {
     let over = format!("{body}other v=1 {}\n", -HOUR);
     let err = parse_with(&over, &limits).unwrap_err().to_string();
     assert!(
-        err.contains("write_hours_max = 3") && err.contains("split them by time"),
+        err.contains("write_files_max = 3") && err.contains("split them by time"),
         "{err}"
     );
     // Lines without a timestamp share the server's hour.
     assert!(parse_with("m v=1\nm v=2\nm v=3\n", &limits).is_ok());
+}
+
+#[test]
+fn a_backfill_of_history_counts_a_file_per_day_not_per_hour() {
+    const HOUR: i64 = 3_600_000_000_000;
+    // 200 days of hourly rows: 4,800 hours, 246 files (198 days, and 2 x 24 hours of
+    // the newest two days), within the default limit of 400; a body the old hour limit
+    // (168) refused.
+    let body: String = (0..200 * 24)
+        .map(|i| format!("m v={i} {}\n", i64::from(i) * HOUR))
+        .collect();
+    let out = parse_with(&body, &WriteLimits::default()).unwrap();
+    assert_eq!(out.tables[0].batch.num_rows(), 4_800);
+    let tight = WriteLimits {
+        write_files_max: 245,
+        ..WriteLimits::default()
+    };
+    let err = parse_with(&body, &tight).unwrap_err().to_string();
+    assert!(err.contains("would make 246 Parquet files"), "{err}");
 }
 
 #[test]

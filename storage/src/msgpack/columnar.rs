@@ -13,7 +13,7 @@ use super::cursor::{Cursor, Token};
 use super::time::{float_to_ns, int_to_ns};
 use crate::error::{Error, Result};
 use crate::ids::validate_measurement_name;
-use crate::limits::{ByteBudget, HourSet, COLUMN_BYTES_FIXED};
+use crate::limits::{ByteBudget, FileBuckets, COLUMN_BYTES_FIXED};
 use crate::schema::{canonical_schema, ColumnKind, FieldType, TagKey, TIME_COLUMN};
 
 /// Bytes charged per value decoded, whatever its type: the widest Arrow slot (a number
@@ -25,8 +25,8 @@ const VALUE_BYTES_MAX: usize = 8;
 pub(crate) struct Limits<'l> {
     /// Most columns a measurement may have, `time` included.
     pub(crate) columns_max: usize,
-    /// The write's distinct hours so far.
-    pub(crate) hours: &'l mut HourSet,
+    /// The files the write's rows make at flush so far.
+    pub(crate) files: &'l mut FileBuckets,
     /// The write's decoded bytes so far.
     pub(crate) budget: &'l mut ByteBudget,
 }
@@ -122,7 +122,7 @@ pub(crate) fn read_columns(
         }
         limits.budget.charge(COLUMN_BYTES_FIXED + name.len())?;
         if name == TIME_COLUMN {
-            out.time = Some(decode_time(cur, len, limits.hours, limits.budget)?);
+            out.time = Some(decode_time(cur, len, limits.files, limits.budget)?);
         } else {
             let values = decode_values(cur, &name, len, limits.budget)?;
             out.columns.push(DecodedColumn { name, values });
@@ -248,7 +248,7 @@ fn capacity(cur: &Cursor<'_>, len: usize, budget: &ByteBudget) -> usize {
 fn decode_time(
     cur: &mut Cursor<'_>,
     len: usize,
-    hours: &mut HourSet,
+    files: &mut FileBuckets,
     budget: &mut ByteBudget,
 ) -> Result<Vec<i64>> {
     let mut out = Vec::with_capacity(capacity(cur, len, budget));
@@ -264,7 +264,7 @@ fn decode_time(
                 )))
             }
         };
-        hours.insert(ns)?;
+        files.insert(ns)?;
         out.push(ns);
     }
     Ok(out)

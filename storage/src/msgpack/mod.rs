@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 use arrow::record_batch::RecordBatch;
 
 use crate::error::{Error, Result};
-use crate::limits::{ByteBudget, HourSet, WriteLimits};
+use crate::limits::{ByteBudget, FileBuckets, WriteLimits};
 use crate::rows::RowBatchBuilder;
 use crate::schema::{MeasurementSchema, TIME_COLUMN};
 use cursor::{Cursor, Token};
@@ -37,7 +37,7 @@ pub fn decode_msgpack(
     let mut decoder = Decoder {
         now_ns,
         limits: *limits,
-        hours: HourSet::new(limits),
+        files: FileBuckets::new(limits),
         budget: ByteBudget::new(limits),
         measurements: HashSet::new(),
         out: Vec::new(),
@@ -63,6 +63,7 @@ pub fn decode_msgpack(
             "msgpack: payload holds no rows".into(),
         ));
     }
+    decoder.files.finish()?;
     check_widths(&decoder.out, limits, stored)?;
     Ok(decoder.out)
 }
@@ -107,8 +108,8 @@ fn check_widths(
 struct Decoder {
     now_ns: i64,
     limits: WriteLimits,
-    /// The distinct hours of the rows so far, against `write_hours_max`.
-    hours: HourSet,
+    /// The files the rows so far make at flush, against `write_files_max`.
+    files: FileBuckets,
     /// Bytes decoded so far, against `write_decoded_bytes_max`.
     budget: ByteBudget,
     /// The distinct measurements named so far, against `measurements_per_write_max`.
@@ -154,7 +155,7 @@ impl Decoder {
                     let parts = columns.get_or_insert_with(Default::default);
                     let limits = columnar::Limits {
                         columns_max: self.limits.columns_per_table_max,
-                        hours: &mut self.hours,
+                        files: &mut self.files,
                         budget: &mut self.budget,
                     };
                     columnar::read_columns(cur, parts, limits)?;
@@ -197,7 +198,7 @@ impl Decoder {
             self.count_measurement(&measurement)?;
             if !parts.has_time() {
                 // Rows without time are stamped with `now_ns`, in one hour.
-                self.hours.insert(self.now_ns)?;
+                self.files.insert(self.now_ns)?;
                 self.budget.charge(parts.rows().saturating_mul(8))?;
             }
             let batch =
@@ -208,7 +209,7 @@ impl Decoder {
         if row.has_fields {
             let measurement = measurement.ok_or_else(|| cur.error("row object lacks \"m\""))?;
             self.count_measurement(&measurement)?;
-            self.hours.insert(row.time.unwrap_or(self.now_ns))?;
+            self.files.insert(row.time.unwrap_or(self.now_ns))?;
             if let Some(h) = host {
                 if !row.tags.iter().any(|(k, _)| *k == "host") {
                     row.tags.push(("host", h));

@@ -188,10 +188,10 @@ fn too_many_measurements_refuse_the_payload() {
 }
 
 #[test]
-fn too_many_hours_refuse_the_payload() {
+fn too_many_files_refuse_the_payload() {
     const HOUR_MS: i64 = 3_600_000;
     let limits = WriteLimits {
-        write_hours_max: 2,
+        write_files_max: 2,
         ..WriteLimits::default()
     };
     let base = 1_700_000_000_000i64;
@@ -206,7 +206,7 @@ fn too_many_hours_refuse_the_payload() {
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("write_hours_max = 2") && err.contains("split"),
+        err.contains("write_files_max = 2") && err.contains("split"),
         "{err}"
     );
     // `NOW` is `base`'s instant: a row without time falls in the same hour.
@@ -224,7 +224,7 @@ fn too_many_hours_refuse_the_payload() {
     ]}));
     assert_eq!(
         limit_of(decode_with(&rows, NOW, &limits, &|_| None)),
-        "write_hours_max"
+        "write_files_max"
     );
 }
 

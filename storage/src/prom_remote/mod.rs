@@ -30,7 +30,7 @@ use arrow::record_batch::RecordBatch;
 
 use crate::error::{Error, Result};
 use crate::ids::validate_measurement_name;
-use crate::limits::{ByteBudget, HourSet, WriteLimits};
+use crate::limits::{ByteBudget, FileBuckets, WriteLimits};
 use crate::rows::{FieldValue, RowBatchBuilder};
 use crate::schema::{MeasurementSchema, TIME_COLUMN};
 use wire::{Reader, Value};
@@ -89,7 +89,7 @@ pub fn decode_prom_write(
     let mut decoder = Decoder {
         limits: *limits,
         stored,
-        hours: HourSet::new(limits),
+        files: FileBuckets::new(limits),
         budget: ByteBudget::new(limits),
         builders: HashMap::new(),
         order: Vec::new(),
@@ -135,6 +135,7 @@ pub fn decode_prom_write(
             }
         }
     }
+    decoder.files.finish()?;
     Ok(decoder.out)
 }
 
@@ -145,7 +146,7 @@ fn invalid(message: String) -> Error {
 struct Decoder<'s> {
     limits: WriteLimits,
     stored: &'s dyn Fn(&str) -> Option<MeasurementSchema>,
-    hours: HourSet,
+    files: FileBuckets,
     budget: ByteBudget,
     builders: HashMap<String, RowBatchBuilder>,
     order: Vec<String>,
@@ -243,7 +244,7 @@ impl Decoder<'_> {
                 continue;
             }
             let time_ns = time_ms.saturating_mul(NS_PER_MS);
-            self.hours.insert(time_ns)?;
+            self.files.insert(time_ns)?;
             self.push(metric, time_ns, &tags, value)
                 .map_err(|e| match e {
                     Error::InvalidPayload(message) => refuse(name, message),

@@ -212,14 +212,14 @@ fn limits_are_checked_while_decoding() {
         "{err}"
     );
     let limits = WriteLimits {
-        write_hours_max: 1,
+        write_files_max: 1,
         ..WriteLimits::default()
     };
     let request = WriteRequest {
         timeseries: vec![series(&[("__name__", "a")], &[(1.0, 0), (1.0, 3_600_000)])],
     };
     let err = decode_prom_write(&request.encode_to_vec(), &limits, &|_| None).unwrap_err();
-    assert!(err.to_string().contains("write_hours_max"), "{err}");
+    assert!(err.to_string().contains("write_files_max"), "{err}");
 }
 
 #[test]

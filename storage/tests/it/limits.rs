@@ -141,7 +141,7 @@ proptest! {
     ) {
         let limits = WriteLimits {
             measurements_per_write_max: measurements_max,
-            write_hours_max: hours_max,
+            write_files_max: hours_max,
             ..WriteLimits::default()
         };
         let body: String = lines
@@ -149,8 +149,9 @@ proptest! {
             .enumerate()
             .map(|(i, (m, h, f))| format!("m{m} f{f}=1 {}\n", h * HOUR_NS + i as i64))
             .collect();
-        // The model: in body order, the first line that would cross a limit refuses the
-        // body, the measurement checked before the row is added, the hour after.
+        // The model: in body order, the first line that would cross the measurement
+        // limit refuses the body; if none does, the files the rows make at flush (here
+        // one per distinct hour: six hours are all recent) are counted at the end.
         let mut expected = None;
         let (mut seen_m, mut seen_h) = (HashSet::new(), HashSet::new());
         for (m, h, _) in &lines {
@@ -159,11 +160,10 @@ proptest! {
                 break;
             }
             seen_m.insert(*m);
-            if !seen_h.contains(h) && seen_h.len() == hours_max {
-                expected = Some("write_hours_max");
-                break;
-            }
             seen_h.insert(*h);
+        }
+        if expected.is_none() && seen_h.len() > hours_max {
+            expected = Some("write_files_max");
         }
         let result = parse(&body, &limits);
         prop_assert_eq!(refused_by(&result), expected);
@@ -218,7 +218,7 @@ proptest! {
     ) {
         let limits = WriteLimits {
             measurements_per_write_max: measurements_max,
-            write_hours_max: hours_max,
+            write_files_max: hours_max,
             columns_per_table_max: columns_max,
             ..WriteLimits::default()
         };
@@ -234,6 +234,7 @@ proptest! {
         let payload = rmp_serde::to_vec_named(&json!({"batch": objects})).unwrap();
         let mut expected = None;
         let (mut seen_m, mut seen_h) = (HashSet::new(), HashSet::new());
+        let mut seen_days = HashSet::new();
         let mut columns: Vec<HashSet<usize>> = vec![HashSet::new(); 5];
         for (m, h, f) in &rows {
             if !seen_m.contains(m) && seen_m.len() == measurements_max {
@@ -241,16 +242,24 @@ proptest! {
                 break;
             }
             seen_m.insert(*m);
-            if !seen_h.contains(h) && seen_h.len() == hours_max {
-                expected = Some("write_hours_max");
+            // Every UTC day makes a file at least: a day past the limit is refused as
+            // it comes (the base time is 22:13, so the hours cross midnight).
+            let day = (1_700_000_000_000i64 + h * HOUR_MS).div_euclid(24 * HOUR_MS);
+            if !seen_days.contains(&day) && seen_days.len() == hours_max {
+                expected = Some("write_files_max");
                 break;
             }
+            seen_days.insert(day);
             seen_h.insert(*h);
             columns[*m].insert(*f);
             if 1 + columns[*m].len() > columns_max {
                 expected = Some("columns_per_table_max");
                 break;
             }
+        }
+        // The files at flush (one per distinct hour: all recent) are counted at the end.
+        if expected.is_none() && seen_h.len() > hours_max {
+            expected = Some("write_files_max");
         }
         let result = decode_msgpack(&payload, 0, &limits, &|_| None);
         match (expected, &result) {
