@@ -40,6 +40,9 @@ pub enum Command {
         #[command(subcommand)]
         command: TokenCommand,
     },
+    /// Load line-protocol, CSV or Parquet files into a node: any time span, a progress
+    /// bar, resumable, and a check at the end that the node holds what it acknowledged.
+    Import(crate::import::ImportArgs),
     /// Load generation and sizing for operators.
     Sizing {
         /// What to run.

@@ -16,6 +16,7 @@ mod flight;
 mod gate;
 mod groups;
 mod http;
+mod import;
 mod node;
 mod pg;
 mod query_workers;
@@ -41,6 +42,7 @@ fn main() {
         Command::Cluster { command } => run_async(cluster_cli::run(command)),
         Command::Verify(args) => run_async(verify::run(args)),
         Command::Token { command } => run_async(token_cli::run(command)),
+        Command::Import(args) => run_async(import::run(args)),
         Command::Sizing {
             command: SizingCommand::Load(args),
         } => run_async(async { Ok(quiver_sizing::run_load(args).await?) }),

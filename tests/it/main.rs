@@ -1,6 +1,7 @@
 //! End-to-end tests: real `quiver` processes on loopback ports, written to over HTTP,
 //! killed with SIGKILL, restarted, and read back.
 
+mod backfill;
 mod backup;
 mod catalog_rebuild;
 mod cluster;
@@ -18,6 +19,7 @@ mod flight;
 mod flood;
 mod groups;
 mod hardening;
+mod import;
 mod ingest;
 mod lifecycle;
 mod lifecycle_cluster;
