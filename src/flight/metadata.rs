@@ -30,6 +30,54 @@ pub const TABLE_SCHEMAS_MAX: usize = 1_000;
 /// The database listings run against (they name `information_schema` explicitly).
 const LISTING_DATABASE: &str = "default";
 
+/// Words Quiver's SQL reserves beyond SQL:2003 (JDBC `getSQLKeywords`).
+const KEYWORDS: &[&str] = &["ANALYZE", "EXPLAIN", "ILIKE", "LIMIT", "OFFSET", "QUALIFY"];
+/// Numeric functions (JDBC `getNumericFunctions`).
+const NUMERIC_FUNCTIONS: &[&str] = &[
+    "abs", "acos", "asin", "atan", "atan2", "cbrt", "ceil", "cos", "degrees", "exp", "floor", "ln",
+    "log", "log10", "log2", "pi", "power", "radians", "random", "round", "signum", "sin", "sqrt",
+    "tan", "trunc",
+];
+/// String functions (JDBC `getStringFunctions`).
+const STRING_FUNCTIONS: &[&str] = &[
+    "ascii",
+    "btrim",
+    "char_length",
+    "concat",
+    "left",
+    "length",
+    "lower",
+    "lpad",
+    "ltrim",
+    "regexp_replace",
+    "repeat",
+    "replace",
+    "reverse",
+    "right",
+    "rpad",
+    "rtrim",
+    "split_part",
+    "starts_with",
+    "strpos",
+    "substr",
+    "trim",
+    "upper",
+];
+/// System functions (JDBC `getSystemFunctions`).
+const SYSTEM_FUNCTIONS: &[&str] = &["arrow_typeof", "coalesce", "nullif"];
+/// Date and time functions (JDBC `getTimeDateFunctions`).
+const DATETIME_FUNCTIONS: &[&str] = &[
+    "current_date",
+    "current_time",
+    "date_bin",
+    "date_part",
+    "date_trunc",
+    "from_unixtime",
+    "now",
+    "time_bucket",
+    "to_timestamp",
+];
+
 /// What `GetSqlInfo` answers: who the server is and what its SQL can do.
 pub fn sql_info(statement_timeout_ms: u64) -> Result<SqlInfoData, FlightError> {
     let mut info = SqlInfoDataBuilder::new();
@@ -53,6 +101,25 @@ pub fn sql_info(statement_timeout_ms: u64) -> Result<SqlInfoData, FlightError> {
     info.append(SqlInfo::SqlIdentifierQuoteChar, "\"");
     info.append(SqlInfo::SqlAllTablesAreSelectable, true);
     info.append(SqlInfo::SqlTransactionsSupported, false);
+    // What JDBC's `DatabaseMetaData` reads through the Flight SQL driver: unquoted
+    // names fold to lower case (SqlSupportedCaseSensitivity::Lowercase), NULLs sort
+    // as the largest values (SqlNullOrdering::SortedHigh: last ascending, first
+    // descending), and the functions a query builder may offer.
+    info.append(SqlInfo::SqlIdentifierCase, 3i32);
+    info.append(SqlInfo::SqlNullOrdering, 0i32);
+    info.append(SqlInfo::SqlKeywords, KEYWORDS);
+    info.append(SqlInfo::SqlNumericFunctions, NUMERIC_FUNCTIONS);
+    info.append(SqlInfo::SqlStringFunctions, STRING_FUNCTIONS);
+    info.append(SqlInfo::SqlSystemFunctions, SYSTEM_FUNCTIONS);
+    info.append(SqlInfo::SqlDatetimeFunctions, DATETIME_FUNCTIONS);
+    info.append(SqlInfo::SqlSearchStringEscape, "\\");
+    info.append(SqlInfo::SqlExtraNameCharacters, "");
+    info.append(SqlInfo::SqlSupportsColumnAliasing, true);
+    info.append(SqlInfo::SqlNullPlusNullIsNull, true);
+    info.append(SqlInfo::SqlSupportsTableCorrelationNames, true);
+    info.append(SqlInfo::SqlSupportsDifferentTableCorrelationNames, false);
+    info.append(SqlInfo::SqlSupportsExpressionsInOrderBy, true);
+    info.append(SqlInfo::SqlSupportsOrderByUnrelated, true);
     info.build()
 }
 

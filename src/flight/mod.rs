@@ -12,6 +12,9 @@
 //! - [`metadata`]: `GetSqlInfo`, `GetCatalogs`, `GetDbSchemas`, `GetTables`,
 //!   `GetTableTypes`: the catalog is `quiver`, each database a schema, each measurement
 //!   a table.
+//! - [`xdbc`]: `GetXdbcTypeInfo`, the SQL types a column can have.
+//! - [`cancel`]: `CancelFlightInfo` and `CancelQuery`: the running `DoGet`s of a
+//!   `FlightInfo`'s tickets end with `CANCELLED`.
 //! - [`ticket`]: what a `DoGet` ticket holds: the door's own statement handles, and
 //!   InfluxDB 3's JSON tickets; [`door`] routes the latter before Flight SQL decodes.
 //! - [`status`]: engine and auth errors as gRPC statuses.
@@ -23,6 +26,7 @@
 //! It is not a way to write: every statement is read-only, as over HTTP.
 
 mod caller;
+mod cancel;
 mod door;
 mod incoming;
 mod metadata;
@@ -30,6 +34,7 @@ mod prepared;
 mod service;
 mod status;
 mod ticket;
+mod xdbc;
 
 use std::sync::Arc;
 use std::time::Duration;

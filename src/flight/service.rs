@@ -7,6 +7,7 @@
 //! dropping the call (client gone, gRPC deadline) stops the query.
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Instant;
 
 use arrow::datatypes::Schema;
@@ -15,18 +16,20 @@ use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightService;
-use arrow_flight::sql::metadata::SqlInfoData;
+use arrow_flight::sql::metadata::{SqlInfoData, XdbcTypeInfoData};
 use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
 use arrow_flight::sql::{
-    ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
-    ActionCreatePreparedStatementResult, CommandGetCatalogs, CommandGetDbSchemas,
-    CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables, CommandPreparedStatementQuery,
-    CommandPreparedStatementUpdate, CommandStatementQuery, CommandStatementUpdate,
-    DoPutPreparedStatementResult, ProstMessageExt, SqlInfo, TicketStatementQuery,
+    ActionCancelQueryRequest, ActionCancelQueryResult, ActionClosePreparedStatementRequest,
+    ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult, CommandGetCatalogs,
+    CommandGetDbSchemas, CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables,
+    CommandGetXdbcTypeInfo, CommandPreparedStatementQuery, CommandPreparedStatementUpdate,
+    CommandStatementQuery, CommandStatementUpdate, DoPutPreparedStatementResult, ProstMessageExt,
+    SqlInfo, TicketStatementQuery,
 };
 use arrow_flight::{
-    Action, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse,
-    IpcMessage, SchemaAsIpc, Ticket,
+    Action, ActionType, CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus,
+    FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, IpcMessage,
+    SchemaAsIpc, Ticket,
 };
 use futures::{stream, Stream, StreamExt, TryStreamExt};
 use prost::Message;
@@ -35,11 +38,15 @@ use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Request, Response, Status, Streaming};
 
 use super::caller::{self, Caller};
+use super::cancel::Running;
 use super::metadata;
 use super::prepared::{Prepared, Registry};
 use super::status::{internal, query_status};
 use super::ticket::{self, Statement};
 use crate::http::AppState;
+
+/// The action type of Flight's `CancelFlightInfo`.
+const CANCEL_FLIGHT_INFO: &str = "CancelFlightInfo";
 
 /// Record batches one `DoPut` of parameters may send (one row, in any of them).
 const PARAM_BATCHES_MAX: usize = 16;
@@ -52,6 +59,8 @@ pub struct Service {
     app: AppState,
     prepared: Registry,
     sql_info: SqlInfoData,
+    xdbc_types: XdbcTypeInfoData,
+    running: Arc<Running>,
 }
 
 impl Service {
@@ -63,21 +72,55 @@ impl Service {
             app,
             prepared: Registry::default(),
             sql_info,
+            xdbc_types: super::xdbc::xdbc_type_info()?,
+            running: Arc::default(),
         })
+    }
+
+    /// Cancels the runs of every ticket `info` holds; whether any was running.
+    fn cancel(&self, info: &FlightInfo) -> bool {
+        let mut any = false;
+        for endpoint in &info.endpoint {
+            let Some(ticket) = &endpoint.ticket else {
+                continue;
+            };
+            let Ok(any_message) = arrow_flight::sql::Any::decode(ticket.ticket.clone()) else {
+                continue;
+            };
+            let name = if let Ok(Some(t)) = any_message.unpack::<TicketStatementQuery>() {
+                Statement::decode(&t.statement_handle)
+                    .ok()
+                    .and_then(|s| s.run)
+            } else if let Ok(Some(p)) = any_message.unpack::<CommandPreparedStatementQuery>() {
+                Some(prepared_run_name(&p.prepared_statement_handle))
+            } else {
+                None
+            };
+            if let Some(name) = name {
+                any |= self.running.cancel(&name);
+            }
+        }
+        any
     }
 
     fn caller(&self, metadata: &MetadataMap) -> Result<Caller, Status> {
         Caller::check(&self.app, metadata)
     }
 
-    /// Runs `sql` against `database` and streams its batches as Flight data.
+    /// Runs `sql` against `database` and streams its batches as Flight data; a run
+    /// named `name` (its ticket's) ends with `CANCELLED` when a client cancels it.
     async fn run(
         &self,
         database: &str,
         access: &QueryAccess,
         sql: &str,
         params: Option<Vec<ScalarValue>>,
+        name: Option<String>,
     ) -> Result<Response<DoGetStream>, Status> {
+        let guard = match name {
+            Some(name) => Some(self.running.start(&name).ok_or_else(cancelled_status)?),
+            None => None,
+        };
         let started = Instant::now();
         metrics::counter!("quiver_flight_queries_total").increment(1);
         let stream = self
@@ -95,7 +138,25 @@ impl Service {
         let batches = stream
             .map_err(|e| FlightError::Tonic(Box::new(query_status(&e))))
             .chain(finished);
-        Ok(Response::new(encode(schema, batches)))
+        let Some(guard) = guard else {
+            return Ok(Response::new(encode(schema, batches)));
+        };
+        // Cancelled: the query's stream is dropped (which stops it) and the client gets
+        // CANCELLED, never a result that merely ends early.
+        let mut cancelled = guard.cancelled.clone();
+        let stop = async move {
+            let _ = cancelled.wait_for(|c| *c).await;
+        };
+        let after = stream::once(async move {
+            let was_cancelled = *guard.cancelled.borrow();
+            drop(guard);
+            was_cancelled.then(|| Err(FlightError::Tonic(Box::new(cancelled_status()))))
+        })
+        .filter_map(|outcome| async { outcome });
+        Ok(Response::new(encode(
+            schema,
+            batches.take_until(stop).chain(after),
+        )))
     }
 
     /// Answers an InfluxDB 3 JSON ticket (see [`ticket::influx`]).
@@ -111,7 +172,7 @@ impl Service {
         };
         let access = caller.access(&database)?;
         metrics::counter!("quiver_flight_influxdb3_tickets_total").increment(1);
-        self.run(&database, &access, &query.sql, None).await
+        self.run(&database, &access, &query.sql, None, None).await
     }
 
     /// A `FlightInfo` whose one endpoint's ticket is `ticket`.
@@ -140,6 +201,16 @@ fn encode(
             .build(batches)
             .map_err(Status::from),
     )
+}
+
+/// The status a cancelled run ends with.
+fn cancelled_status() -> Status {
+    Status::cancelled("the query was cancelled (CancelFlightInfo)")
+}
+
+/// The run name of a prepared statement's `DoGet`s.
+fn prepared_run_name(handle: &[u8]) -> String {
+    format!("prepared:{}", String::from_utf8_lossy(handle))
 }
 
 /// One batch as a `DoGet` answer.
@@ -230,7 +301,8 @@ impl FlightSqlService for Service {
         let caller = self.caller(request.metadata())?;
         let statement = Statement::decode(&ticket.statement_handle)?;
         let access = caller.access(&statement.database)?;
-        self.run(&statement.database, &access, &statement.sql, None)
+        let name = statement.run.clone();
+        self.run(&statement.database, &access, &statement.sql, None, name)
             .await
     }
 
@@ -263,8 +335,15 @@ impl FlightSqlService for Service {
                 prepared.params.len()
             )));
         }
-        self.run(&prepared.database, &access, &prepared.sql, prepared.bound)
-            .await
+        let name = prepared_run_name(&query.prepared_statement_handle);
+        self.run(
+            &prepared.database,
+            &access,
+            &prepared.sql,
+            prepared.bound,
+            Some(name),
+        )
+        .await
     }
 
     async fn do_put_prepared_statement_query(
@@ -327,6 +406,57 @@ impl FlightSqlService for Service {
             dataset_schema,
             parameter_schema,
         })
+    }
+
+    async fn do_action_cancel_query(
+        &self,
+        query: ActionCancelQueryRequest,
+        request: Request<Action>,
+    ) -> Result<ActionCancelQueryResult, Status> {
+        self.caller(request.metadata())?;
+        let info = FlightInfo::decode(query.info)
+            .map_err(|e| Status::invalid_argument(format!("CancelQuery: not a FlightInfo: {e}")))?;
+        // `ActionCancelQueryResult.CancelResult` (not re-exported by arrow-flight):
+        // 1 cancelled, 3 not cancellable.
+        let result = if self.cancel(&info) { 1 } else { 3 };
+        Ok(ActionCancelQueryResult { result })
+    }
+
+    async fn do_action_fallback(
+        &self,
+        request: Request<Action>,
+    ) -> Result<Response<<Self as FlightService>::DoActionStream>, Status> {
+        if request.get_ref().r#type != CANCEL_FLIGHT_INFO {
+            return Err(Status::invalid_argument(format!(
+                "action {:?} is not one this server takes",
+                request.get_ref().r#type
+            )));
+        }
+        self.caller(request.metadata())?;
+        let body = request.into_inner().body;
+        let info = CancelFlightInfoRequest::decode(body)
+            .map_err(|e| Status::invalid_argument(format!("CancelFlightInfo: {e}")))?
+            .info
+            .ok_or_else(|| Status::invalid_argument("CancelFlightInfo names no FlightInfo"))?;
+        let status = if self.cancel(&info) {
+            CancelStatus::Cancelled
+        } else {
+            CancelStatus::NotCancellable
+        };
+        let result = CancelFlightInfoResult {
+            status: status as i32,
+        };
+        let output = arrow_flight::Result {
+            body: result.encode_to_vec().into(),
+        };
+        Ok(Response::new(Box::pin(stream::iter([Ok(output)]))))
+    }
+
+    async fn list_custom_actions(&self) -> Option<Vec<Result<ActionType, Status>>> {
+        Some(vec![Ok(ActionType {
+            r#type: CANCEL_FLIGHT_INFO.to_string(),
+            description: "Cancel the queries of a FlightInfo (CancelFlightInfoRequest)".into(),
+        })])
     }
 
     async fn do_action_close_prepared_statement(
@@ -457,6 +587,33 @@ impl FlightSqlService for Service {
             .into_builder(&self.sql_info)
             .build()
             .map_err(|e| internal("answering GetSqlInfo", e))?;
+        Ok(one_batch(batch))
+    }
+
+    async fn get_flight_info_xdbc_type_info(
+        &self,
+        query: CommandGetXdbcTypeInfo,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.caller(request.metadata())?;
+        let schema = query.into_builder(&self.xdbc_types).schema();
+        Self::flight_info(
+            &schema,
+            query.as_any().encode_to_vec(),
+            request.into_inner(),
+        )
+    }
+
+    async fn do_get_xdbc_type_info(
+        &self,
+        query: CommandGetXdbcTypeInfo,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        self.caller(request.metadata())?;
+        let batch = query
+            .into_builder(&self.xdbc_types)
+            .build()
+            .map_err(|e| internal("answering GetXdbcTypeInfo", e))?;
         Ok(one_batch(batch))
     }
 

@@ -25,6 +25,10 @@ pub struct Statement {
     pub database: String,
     /// The SQL as the client sent it.
     pub sql: String,
+    /// This `FlightInfo`'s run: random, so that `CancelFlightInfo` stops this client's
+    /// run and not another's of the same SQL (absent from handles of older builds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
 }
 
 impl Statement {
@@ -34,6 +38,7 @@ impl Statement {
             v: STATEMENT_VERSION,
             database,
             sql,
+            run: Some(format!("s{:032x}", rand::random::<u128>())),
         }
     }
 

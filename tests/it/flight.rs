@@ -202,3 +202,185 @@ async fn with_auth_off_flight_sql_needs_no_token() {
         .expect("DoGet");
     assert_eq!(concat(&batches).num_rows(), 1);
 }
+
+/// What a metadata command answers: `GetFlightInfo` for its descriptor, then `DoGet`.
+async fn metadata_batches(
+    client: &mut FlightServiceClient<Channel>,
+    command: Vec<u8>,
+) -> RecordBatch {
+    let descriptor = FlightDescriptor::new_cmd(command);
+    let info = client
+        .get_flight_info(call(descriptor, Some(TOKEN), "default"))
+        .await
+        .expect("GetFlightInfo")
+        .into_inner();
+    let ticket = info.endpoint[0].ticket.clone().expect("a ticket");
+    concat(
+        &do_get(client, ticket, Some(TOKEN), "default")
+            .await
+            .expect("DoGet"),
+    )
+}
+
+#[tokio::test]
+async fn type_info_and_sql_info_answer_what_jdbc_drivers_read() {
+    use arrow::array::AsArray;
+    use arrow_flight::sql::{CommandGetSqlInfo, CommandGetXdbcTypeInfo, SqlInfo, XdbcDataType};
+
+    let dir = tempfile::tempdir().unwrap();
+    let flight_port = free_port();
+    let _node = Node::start(
+        NodeSpec::new(dir.path()).with("QUIVER_FLIGHT_ADDR", format!("127.0.0.1:{flight_port}")),
+    )
+    .await;
+    let mut client = client(flight_port).await;
+
+    let all = CommandGetXdbcTypeInfo { data_type: None };
+    let types = metadata_batches(&mut client, all.as_any().encode_to_vec()).await;
+    let names: Vec<String> = types
+        .column_by_name("type_name")
+        .expect("type_name")
+        .as_string::<i32>()
+        .iter()
+        .flatten()
+        .map(str::to_string)
+        .collect();
+    for name in ["BOOLEAN", "BIGINT", "DOUBLE", "VARCHAR", "TIMESTAMP"] {
+        assert!(names.iter().any(|n| n == name), "{names:?}");
+    }
+    let one = CommandGetXdbcTypeInfo {
+        data_type: Some(XdbcDataType::XdbcTimestamp as i32),
+    };
+    let timestamps = metadata_batches(&mut client, one.as_any().encode_to_vec()).await;
+    assert_eq!(timestamps.num_rows(), 1);
+
+    let wanted = [
+        SqlInfo::FlightSqlServerName,
+        SqlInfo::SqlIdentifierCase,
+        SqlInfo::SqlNullOrdering,
+        SqlInfo::SqlKeywords,
+        SqlInfo::SqlNumericFunctions,
+        SqlInfo::SqlStringFunctions,
+        SqlInfo::SqlDatetimeFunctions,
+        SqlInfo::SqlSearchStringEscape,
+        SqlInfo::SqlSupportsColumnAliasing,
+    ];
+    let info = CommandGetSqlInfo {
+        info: wanted.iter().map(|i| *i as u32).collect(),
+    };
+    let answered = metadata_batches(&mut client, info.as_any().encode_to_vec()).await;
+    let ids = answered
+        .column(0)
+        .as_primitive::<arrow::datatypes::UInt32Type>();
+    let mut got: Vec<u32> = (0..ids.len()).map(|i| ids.value(i)).collect();
+    got.sort_unstable();
+    let mut want: Vec<u32> = wanted.iter().map(|i| *i as u32).collect();
+    want.sort_unstable();
+    assert_eq!(got, want, "every key a JDBC driver reads is answered");
+}
+
+/// Sends `CancelFlightInfo` for `info`; the status the server answers.
+async fn cancel_flight_info(
+    client: &mut FlightServiceClient<Channel>,
+    info: &FlightInfo,
+) -> arrow_flight::CancelStatus {
+    let request = arrow_flight::CancelFlightInfoRequest {
+        info: Some(info.clone()),
+    };
+    let action = arrow_flight::Action {
+        r#type: "CancelFlightInfo".into(),
+        body: request.encode_to_vec().into(),
+    };
+    let mut results = client
+        .do_action(call(action, Some(TOKEN), "demo"))
+        .await
+        .expect("CancelFlightInfo")
+        .into_inner();
+    let result = results
+        .message()
+        .await
+        .expect("an answer")
+        .expect("one result");
+    let answer = arrow_flight::CancelFlightInfoResult::decode(result.body)
+        .expect("a CancelFlightInfoResult");
+    arrow_flight::CancelStatus::try_from(answer.status).expect("a known status")
+}
+
+#[tokio::test]
+async fn cancel_flight_info_stops_a_running_query_and_refuses_its_ticket_later() {
+    use arrow_flight::CancelStatus;
+
+    let dir = tempfile::tempdir().unwrap();
+    let flight_port = free_port();
+    let node = Node::start(
+        NodeSpec::new(dir.path()).with("QUIVER_FLIGHT_ADDR", format!("127.0.0.1:{flight_port}")),
+    )
+    .await;
+    // 300,000 rows: far more than HTTP/2's windows hold, so the query is still
+    // producing when the cancel arrives.
+    for part in 0..3 {
+        let body: String = (0..100_000)
+            .map(|i| {
+                let n = part * 100_000 + i;
+                format!(
+                    "cpu,host=h{} usage={n}.5 {}\n",
+                    n % 50,
+                    1_700_000_000_000i64 + n
+                )
+            })
+            .collect();
+        let (status, answer) = node
+            .write_lp("/api/v2/write?bucket=demo&precision=ms", &body)
+            .await;
+        assert_eq!(status, 204, "{answer}");
+    }
+    let mut client = client(flight_port).await;
+    let sql = "SELECT time, host, usage FROM cpu";
+
+    // Cancelled before its DoGet: nothing was running, and the ticket runs no more.
+    let early = flight_info(&mut client, sql, Some(TOKEN), "demo")
+        .await
+        .expect("GetFlightInfo");
+    assert_eq!(
+        cancel_flight_info(&mut client, &early).await,
+        CancelStatus::NotCancellable
+    );
+    let ticket = early.endpoint[0].ticket.clone().expect("a ticket");
+    let err = do_get(&mut client, ticket, Some(TOKEN), "demo")
+        .await
+        .expect_err("a cancelled ticket is refused");
+    assert_eq!(err.code(), Code::Cancelled, "{err:?}");
+
+    // Another FlightInfo of the same SQL is another run: cancelling the first left it.
+    let info = flight_info(&mut client, sql, Some(TOKEN), "demo")
+        .await
+        .expect("GetFlightInfo");
+    let ticket = info.endpoint[0].ticket.clone().expect("a ticket");
+    let mut stream = client
+        .do_get(call(ticket, Some(TOKEN), "demo"))
+        .await
+        .expect("DoGet starts")
+        .into_inner();
+    assert!(stream.message().await.expect("a first message").is_some());
+    assert_eq!(
+        cancel_flight_info(&mut client, &info).await,
+        CancelStatus::Cancelled
+    );
+    let ended = loop {
+        match stream.message().await {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("the stream ended as if complete after a cancel"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(ended.code(), Code::Cancelled, "{ended:?}");
+    // The node still answers the same query in full.
+    let info = flight_info(&mut client, "SELECT count(*) FROM cpu", Some(TOKEN), "demo")
+        .await
+        .expect("GetFlightInfo");
+    let ticket = info.endpoint[0].ticket.clone().expect("a ticket");
+    let batches = do_get(&mut client, ticket, Some(TOKEN), "demo")
+        .await
+        .expect("DoGet");
+    assert_eq!(concat(&batches).num_rows(), 1);
+}
