@@ -312,6 +312,11 @@ fn packed_order(
     else {
         return Ok(None);
     };
+    // Every bucket starts on a whole hour but a saturated floor (`i64::MIN`, so the
+    // first): numbering by hours needs the first on the hour too.
+    if first_bucket.rem_euclid(hour_step) != 0 {
+        return Ok(None);
+    }
     let time_bits = if spans.has_days_from(first_bucket) {
         TIME_IN_DAY_BITS
     } else {
@@ -329,12 +334,11 @@ fn packed_order(
             let bucket = spans.bucket(t);
             let into_bucket = i128::from(t) - i128::from(bucket);
             // Outside its bucket only where the floor saturated (times near the ends
-            // of the i64 range), or not on an hour: the comparator handles those.
-            if !(0..i128::from(spans.width(bucket)).min(1 << time_bits)).contains(&into_bucket)
-                || (i128::from(bucket) - i128::from(first_bucket)) % i128::from(hour_step) != 0
-            {
+            // of the i64 range): the comparator handles those.
+            if !(0..i128::from(spans.width(bucket)).min(1 << time_bits)).contains(&into_bucket) {
                 return Ok(None);
             }
+            debug_assert_eq!(bucket.rem_euclid(hour_step), 0, "checked on the first");
             let bucket_index =
                 ((i128::from(bucket) - i128::from(first_bucket)) / i128::from(hour_step)) as u128;
             let key = (((bucket_index << series_bits) | u128::from(series[row])) << time_bits
