@@ -13,6 +13,7 @@ mod catalog;
 pub mod compaction;
 pub mod durable;
 mod error;
+mod field_encoding;
 mod file_list;
 mod file_span;
 mod file_store;

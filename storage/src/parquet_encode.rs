@@ -13,6 +13,7 @@ use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
 use crate::error::{Error, Result};
+use crate::field_encoding;
 use crate::ids::{LogIndex, TimestampNs};
 use crate::meta::{ColumnMeta, FileMeta, FILE_META_KEY, FILE_META_VERSION};
 use crate::paths::parquet_path;
@@ -227,8 +228,27 @@ const STREAMED_ROW_GROUP_BYTES_MAX: usize = 128 << 20;
 /// Writes one Parquet file a chunk at a time, encoded as flushes encode, for outputs
 /// too large to hold in memory (compactions). Its [`FileMeta`] is added at the end,
 /// once its rows and time range are known.
+///
+/// The file's first [`field_encoding::SAMPLE_ROWS`] rows are held until they choose the
+/// field columns' encodings, so the choice depends on the rows alone, never on how
+/// they were chunked.
 pub(crate) struct StreamingParquetWriter<'a> {
-    writer: ArrowWriter<&'a mut (dyn std::io::Write + Send)>,
+    state: WriterState<'a>,
+    schema: SchemaRef,
+    settings: ParquetSettings,
+    sort_lead: Option<String>,
+}
+
+enum WriterState<'a> {
+    /// Rows held until the sample is complete.
+    Sampling {
+        sink: &'a mut (dyn std::io::Write + Send),
+        held: Vec<RecordBatch>,
+        rows: usize,
+    },
+    Writing(ArrowWriter<&'a mut (dyn std::io::Write + Send)>),
+    /// Only while switching from one state to the other.
+    Switching,
 }
 
 impl<'a> StreamingParquetWriter<'a> {
@@ -239,28 +259,88 @@ impl<'a> StreamingParquetWriter<'a> {
         settings: &ParquetSettings,
         sort_lead: Option<&str>,
     ) -> Result<Self> {
-        let options = ArrowWriterOptions::new()
-            .with_properties(writer_properties(schema, settings, None, sort_lead)?)
-            .with_skip_arrow_metadata(true);
         Ok(StreamingParquetWriter {
-            writer: ArrowWriter::try_new_with_options(sink, schema.clone(), options)?,
+            state: WriterState::Sampling {
+                sink,
+                held: Vec::new(),
+                rows: 0,
+            },
+            schema: schema.clone(),
+            settings: settings.clone(),
+            sort_lead: sort_lead.map(str::to_string),
         })
     }
 
     /// Appends rows (already in the file's sort order).
     pub(crate) fn write(&mut self, batch: &RecordBatch) -> Result<()> {
-        self.writer.write(batch)?;
-        if self.writer.in_progress_size() > STREAMED_ROW_GROUP_BYTES_MAX {
-            self.writer.flush()?;
+        match &mut self.state {
+            WriterState::Sampling { held, rows, .. } => {
+                *rows += batch.num_rows();
+                held.push(batch.clone());
+                if *rows >= field_encoding::SAMPLE_ROWS {
+                    self.start_writing()?;
+                }
+                Ok(())
+            }
+            WriterState::Writing(writer) => {
+                writer.write(batch)?;
+                if writer.in_progress_size() > STREAMED_ROW_GROUP_BYTES_MAX {
+                    writer.flush()?;
+                }
+                Ok(())
+            }
+            WriterState::Switching => Err(Error::InvalidPayload(
+                "parquet writer used after a failed write".into(),
+            )),
         }
+    }
+
+    /// Chooses the encodings from the held rows, opens the Parquet writer and writes
+    /// them.
+    fn start_writing(&mut self) -> Result<()> {
+        if !matches!(self.state, WriterState::Sampling { .. }) {
+            return Ok(());
+        }
+        let WriterState::Sampling { sink, held, .. } =
+            std::mem::replace(&mut self.state, WriterState::Switching)
+        else {
+            return Ok(());
+        };
+        let joined = arrow::compute::concat_batches(&self.schema, &held)?;
+        let sample = joined.slice(0, joined.num_rows().min(field_encoding::SAMPLE_ROWS));
+        let encodings = field_encoding::choose(&sample);
+        let properties = writer_properties(
+            &self.schema,
+            &self.settings,
+            None,
+            self.sort_lead.as_deref(),
+            &encodings,
+        )?;
+        let options = ArrowWriterOptions::new()
+            .with_properties(properties)
+            .with_skip_arrow_metadata(true);
+        let mut writer = ArrowWriter::try_new_with_options(sink, self.schema.clone(), options)?;
+        for batch in &held {
+            writer.write(batch)?;
+            if writer.in_progress_size() > STREAMED_ROW_GROUP_BYTES_MAX {
+                writer.flush()?;
+            }
+        }
+        self.state = WriterState::Writing(writer);
         Ok(())
     }
 
     /// Records `meta` in the footer and ends the file.
     pub(crate) fn finish(mut self, meta: &FileMeta) -> Result<()> {
-        self.writer
+        self.start_writing()?;
+        let WriterState::Writing(mut writer) = self.state else {
+            return Err(Error::InvalidPayload(
+                "parquet writer used after a failed write".into(),
+            ));
+        };
+        writer
             .append_key_value_metadata(KeyValue::new(FILE_META_KEY.to_string(), meta_json(meta)?));
-        self.writer.close()?;
+        writer.close()?;
         Ok(())
     }
 }
@@ -278,6 +358,7 @@ fn writer_properties(
     settings: &ParquetSettings,
     meta: Option<&FileMeta>,
     sort_lead: Option<&str>,
+    field_encodings: &[(String, Encoding)],
 ) -> Result<WriterProperties> {
     let mut sorting: Vec<SortingColumn> = sort_tag_indices(schema, sort_lead)
         .into_iter()
@@ -306,7 +387,7 @@ fn writer_properties(
         encode_arrow_schema(&with_tags_as(schema, &DataType::Utf8)),
     ));
     let time_path = ColumnPath::from(TIME_COLUMN);
-    Ok(WriterProperties::builder()
+    let mut builder = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(settings.zstd_level)?))
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_max_row_group_row_count(Some(settings.row_group_rows_max))
@@ -314,6 +395,170 @@ fn writer_properties(
         .set_sorting_columns(Some(sorting))
         .set_key_value_metadata(Some(metadata))
         .set_column_dictionary_enabled(time_path.clone(), false)
-        .set_column_encoding(time_path, Encoding::DELTA_BINARY_PACKED)
-        .build())
+        .set_column_encoding(time_path, Encoding::DELTA_BINARY_PACKED);
+    for (name, encoding) in field_encodings {
+        let path = ColumnPath::from(name.as_str());
+        builder = builder
+            .set_column_dictionary_enabled(path.clone(), false)
+            .set_column_encoding(path, *encoding);
+    }
+    Ok(builder.build())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{DictionaryArray, Int32Array, Int64Array, StringArray};
+    use arrow::array::{Int64Builder, TimestampNanosecondArray};
+    use arrow::datatypes::{Field, Int32Type, Schema, TimeUnit};
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+
+    use super::*;
+    use crate::schema::tag_type;
+
+    /// 2016-01-01T00:00:00Z.
+    const START: i64 = 1_451_606_400_000_000_000;
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new(
+                TIME_COLUMN,
+                DataType::Timestamp(TimeUnit::Nanosecond, None),
+                false,
+            ),
+            Field::new("host", tag_type(), true),
+            Field::new("noise", DataType::Int64, true),
+            Field::new("walk", DataType::Int64, true),
+        ]))
+    }
+
+    /// `hosts` series of `steps` rows 10 ms apart (all in one hour): a random walk and
+    /// uniform noise, in batches of `batch_rows` in arrival order (time, then host).
+    fn batches(hosts: u32, steps: i64, batch_rows: usize) -> Vec<RecordBatch> {
+        let names: Vec<String> = (0..hosts).map(|h| format!("host_{h}")).collect();
+        let mut level: Vec<i64> = vec![50; hosts as usize];
+        let mut rows: Vec<(i64, i32, i64, i64)> = Vec::new();
+        let mut seed = 7u64;
+        let mut next = || {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            seed >> 33
+        };
+        for step in 0..steps {
+            for h in 0..hosts as usize {
+                level[h] = (level[h] + (next() % 7) as i64 - 3).clamp(0, 100);
+                rows.push((
+                    START + step * 10_000_000,
+                    h as i32,
+                    (next() % 101) as i64,
+                    level[h],
+                ));
+            }
+        }
+        let values = Arc::new(StringArray::from(names));
+        rows.chunks(batch_rows)
+            .map(|chunk| {
+                let keys: Int32Array = chunk.iter().map(|r| Some(r.1)).collect();
+                let mut noise = Int64Builder::new();
+                let mut walk = Int64Builder::new();
+                for r in chunk {
+                    noise.append_value(r.2);
+                    walk.append_value(r.3);
+                }
+                RecordBatch::try_new(
+                    schema(),
+                    vec![
+                        Arc::new(TimestampNanosecondArray::from_iter_values(
+                            chunk.iter().map(|r| r.0),
+                        )),
+                        Arc::new(DictionaryArray::<Int32Type>::new(keys, values.clone())),
+                        Arc::new(noise.finish()),
+                        Arc::new(walk.finish()),
+                    ],
+                )
+                .unwrap()
+            })
+            .collect()
+    }
+
+    fn encode(batches: &[RecordBatch]) -> Vec<EncodedFile> {
+        let schema = schema();
+        encode_segment(
+            &SegmentSource {
+                database: "db",
+                measurement: "cpu",
+                schema: &schema,
+                batches,
+                log_first: LogIndex(1),
+                log_last: LogIndex(9),
+                sort_lead: None,
+            },
+            &ParquetSettings::default(),
+        )
+        .unwrap()
+    }
+
+    fn encodings_of(file: &EncodedFile, column: &str) -> Vec<Encoding> {
+        let reader = SerializedFileReader::new(file.bytes.clone()).unwrap();
+        let meta = reader.metadata();
+        let index = meta
+            .file_metadata()
+            .schema_descr()
+            .columns()
+            .iter()
+            .position(|c| c.name() == column)
+            .unwrap();
+        meta.row_group(0).column(index).encodings().collect()
+    }
+
+    #[test]
+    fn a_file_larger_than_the_sample_is_whole_and_its_fields_get_their_encodings() {
+        // 150,000 rows in one hour: more than the 65,536 rows that choose the encodings.
+        let input = batches(50, 3_000, 7_000);
+        let files = encode(&input);
+        assert_eq!(files.len(), 1);
+        let file = &files[0];
+        assert_eq!(file.meta.rows, 150_000);
+        let read: Vec<RecordBatch> = ParquetRecordBatchReaderBuilder::try_new(file.bytes.clone())
+            .unwrap()
+            .build()
+            .unwrap()
+            .collect::<std::result::Result<_, _>>()
+            .unwrap();
+        let sum = |batches: &[RecordBatch], name: &str| -> i64 {
+            batches
+                .iter()
+                .map(|b| {
+                    let column = b.column_by_name(name).unwrap();
+                    let values = column.as_any().downcast_ref::<Int64Array>().unwrap();
+                    values.iter().flatten().sum::<i64>()
+                })
+                .sum()
+        };
+        assert_eq!(
+            read.iter().map(RecordBatch::num_rows).sum::<usize>(),
+            150_000
+        );
+        assert_eq!(sum(&read, "walk"), sum(&input, "walk"));
+        assert_eq!(sum(&read, "noise"), sum(&input, "noise"));
+        assert!(
+            encodings_of(file, "walk").contains(&Encoding::DELTA_BINARY_PACKED),
+            "{:?}",
+            encodings_of(file, "walk")
+        );
+        assert!(
+            encodings_of(file, "noise").contains(&Encoding::RLE_DICTIONARY),
+            "{:?}",
+            encodings_of(file, "noise")
+        );
+    }
+
+    #[test]
+    fn the_same_rows_make_the_same_bytes_however_they_were_batched() {
+        let a = encode(&batches(40, 2_000, 3_000));
+        let b = encode(&batches(40, 2_000, 65_536));
+        assert_eq!(a.len(), 1);
+        assert_eq!(a[0].bytes, b[0].bytes);
+    }
 }
