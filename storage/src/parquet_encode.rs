@@ -246,7 +246,7 @@ enum WriterState<'a> {
         held: Vec<RecordBatch>,
         rows: usize,
     },
-    Writing(ArrowWriter<&'a mut (dyn std::io::Write + Send)>),
+    Writing(Box<ArrowWriter<&'a mut (dyn std::io::Write + Send)>>),
     /// Only while switching from one state to the other.
     Switching,
 }
@@ -326,7 +326,7 @@ impl<'a> StreamingParquetWriter<'a> {
                 writer.flush()?;
             }
         }
-        self.state = WriterState::Writing(writer);
+        self.state = WriterState::Writing(Box::new(writer));
         Ok(())
     }
 
@@ -446,13 +446,13 @@ mod tests {
             seed >> 33
         };
         for step in 0..steps {
-            for h in 0..hosts as usize {
-                level[h] = (level[h] + (next() % 7) as i64 - 3).clamp(0, 100);
+            for (h, level) in level.iter_mut().enumerate() {
+                *level = (*level + (next() % 7) as i64 - 3).clamp(0, 100);
                 rows.push((
                     START + step * 10_000_000,
                     h as i32,
                     (next() % 101) as i64,
-                    level[h],
+                    *level,
                 ));
             }
         }
