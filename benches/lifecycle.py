@@ -227,7 +227,10 @@ def bench_backfill(exe, days, measurements, chunk_hours=24 * 7, check_interval_m
         files = s["files"]
         if files != last_change[1]:
             last_change[:] = [time.monotonic(), files]
-        return s["compactions_pending"] == 0 and time.monotonic() - last_change[0] > 5
+        # Quiet for longer than two compaction checks: the first one comes an interval
+        # after the start (10 s by default).
+        quiet_s = max(5.0, 2.5 * (check_interval_ms or 10_000) / 1000)
+        return s["compactions_pending"] == 0 and time.monotonic() - last_change[0] > quiet_s
     node.wait("compaction done", settled)
     merging_s = last_change[0] - started
     stop.set()
