@@ -6,6 +6,7 @@ ingest.
     python3 benches/lifecycle.py --bin target/release/quiver [--days 60] [--measurements 20]
         [--file-counts 1000,10000,100000] [--restart-measurements 100]
         [--merge-rows-per-hour 250000] [--skip backfill,restart,merge,ingest]
+        [--chunk-hours 168] [--check-interval-ms 500]
 
 1. Backfill: `--days` of hourly rows into `--measurements` measurements (one Parquet
    file per measurement per hour) on a node with compaction off; count the files and
@@ -149,10 +150,15 @@ def hourly(measurement, start_ns, hours, hosts=4):
 
 
 def backfill(node, measurements, start_ns, hours, chunk_hours=24 * 7):
-    for m in range(measurements):
-        for h0 in range(0, hours, chunk_hours):
-            node.write("bench", hourly(f"m{m}", start_ns + h0 * HOUR_NS,
-                                       min(chunk_hours, hours - h0)))
+    """Week-long requests, a measurement at a time; requests shorter than a day go in
+    time order across the measurements (a replay of history as a collector sent it), so
+    each flush holds a few hours of each table and writes a file per hour."""
+    chunks = [(m, h0) for m in range(measurements) for h0 in range(0, hours, chunk_hours)]
+    if chunk_hours < 24:
+        chunks.sort(key=lambda c: (c[1], c[0]))
+    for m, h0 in chunks:
+        node.write("bench", hourly(f"m{m}", start_ns + h0 * HOUR_NS,
+                                   min(chunk_hours, hours - h0)))
     node.quiet()
 
 
@@ -177,16 +183,18 @@ def snapshot_bytes(root):
     return sum(os.path.getsize(os.path.join(d, n)) for n in os.listdir(d) if n.endswith(".snap"))
 
 
-def bench_backfill(exe, days, measurements):
+def bench_backfill(exe, days, measurements, chunk_hours=24 * 7, check_interval_ms=500):
     root = tempfile.mkdtemp(prefix="quiver-lifecycle-")
     common = dict(storage_flush_age_ms=500, limits_write_files_max=24 * 7 + 1,
-                  raft_snapshot_interval_ms_min=2000, compaction_check_interval_ms=500)
+                  raft_snapshot_interval_ms_min=2000)
+    if check_interval_ms:
+        common["compaction_check_interval_ms"] = check_interval_ms
     node = Node(exe, root, compaction_enabled="false", **common)
     node.start()
     end = time.time_ns() // HOUR_NS * HOUR_NS - 2 * DAY_NS
     start = end - days * DAY_NS
     started = time.monotonic()
-    backfill(node, measurements, start, days * 24)
+    backfill(node, measurements, start, days * 24, chunk_hours)
     rows = node.sql("bench", "SELECT count(*) FROM m0")["data"][0][0] * measurements
     log(f"backfill: {rows} rows in {time.monotonic() - started:.1f} s")
     week = (f"SELECT host, avg(v), max(v) FROM m3 WHERE time >= to_timestamp_nanos({end - 7 * DAY_NS}) "
@@ -405,11 +413,16 @@ def main():
                    help="measurements the restart part spreads its files over")
     p.add_argument("--merge-rows-per-hour", type=int, default=250_000)
     p.add_argument("--skip", default="")
+    p.add_argument("--chunk-hours", type=int, default=24 * 7,
+                   help="hours of rows per backfill request (1: a file per hour at flush)")
+    p.add_argument("--check-interval-ms", type=int, default=500,
+                   help="compaction.check_interval_ms of the backfill node (0: the default)")
     args = p.parse_args()
     skip = set(args.skip.split(",")) - {""}
     out = {}
     if "backfill" not in skip:
-        out["backfill"] = bench_backfill(args.bin, args.days, args.measurements)
+        out["backfill"] = bench_backfill(args.bin, args.days, args.measurements,
+                                         args.chunk_hours, args.check_interval_ms)
         log(json.dumps(out["backfill"]))
     if "restart" not in skip:
         out["restart"] = []
