@@ -280,9 +280,14 @@ async fn idle_connections_are_closed_and_capped() {
     let hogs: Vec<TcpStream> = (0..40)
         .filter_map(|_| TcpStream::connect(&addr).ok())
         .collect();
+    // A fresh connection: the node's pooled client may hold a kept-alive one that the
+    // server closes at its header deadline, and that one would skip the gate anyway.
+    let fresh = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
     let asked = Instant::now();
-    let r = node
-        .client
+    let r = fresh
         .get(format!("{}/health", node.url))
         .timeout(Duration::from_secs(30))
         .send()
@@ -294,7 +299,7 @@ async fn idle_connections_are_closed_and_capped() {
         "the request served once idle sockets are closed",
         Duration::from_secs(30),
         || async {
-            node.client
+            fresh
                 .get(format!("{}/health", node.url))
                 .send()
                 .await

@@ -23,7 +23,11 @@ async fn a_quick_campaign_writes_a_report_whose_every_run_is_counted_by_the_serv
     let started = Instant::now();
     let mut command = Command::new(env!("CARGO_BIN_EXE_quiver"));
     command
-        .args(["sizing", "run", "--quick", "--out"])
+        // At most 1.08 M rows/s (the fourth step): the suite runs this beside other
+        // tests on two cores, and a campaign that saturates them made both this test's
+        // confirmations and its neighbours' deadlines fail. The climb to a failed gate
+        // is measured on a quiet machine (docs/benchmarks.md).
+        .args(["sizing", "run", "--quick", "--rate-max", "1080000", "--out"])
         .arg(&out)
         .arg("--data-dir")
         .arg(dir.path().join("volume"));

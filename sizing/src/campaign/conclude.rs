@@ -319,6 +319,7 @@ mod tests {
             query_rows: None,
             memory_budget_mb: Some(4_000.0),
             start_rate: None,
+            rate_max: None,
             keep_data: false,
         };
         match Settings::from_args(&args, 8_000.0) {

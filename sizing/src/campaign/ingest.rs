@@ -102,7 +102,9 @@ pub async fn sweep(
     let mut qualified_rates = Vec::new();
     let mut failing: Option<f64> = None;
     let mut stopped_because = None;
-    let mut rate = settings.start_rate_rows_per_s;
+    let mut rate = settings
+        .start_rate_rows_per_s
+        .min(settings.rate_max_rows_per_s);
     // Upward until a step fails; downward instead when the very first one fails.
     let mut going_down = false;
     while step < settings.sweep_steps_max {
@@ -129,10 +131,15 @@ pub async fn sweep(
         steps.push(run.id.clone());
         runs.push(run);
         match (qualified, going_down) {
+            (true, false) if rate >= settings.rate_max_rows_per_s => {
+                qualified_rates.push(rate);
+                best = Some(rate);
+                break;
+            }
             (true, false) => {
                 qualified_rates.push(rate);
                 best = Some(rate);
-                rate *= settings.rate_factor;
+                rate = (rate * settings.rate_factor).min(settings.rate_max_rows_per_s);
             }
             (true, true) => {
                 qualified_rates.push(rate);

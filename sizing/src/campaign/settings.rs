@@ -58,6 +58,11 @@ pub struct RunArgs {
     /// First offered rate of each sweep, in rows per second.
     #[arg(long)]
     pub start_rate: Option<f64>,
+    /// Highest rate a sweep offers, in rows per second: a sweep that holds it stops
+    /// there (the limit is higher). For a machine that must not be saturated (a shared
+    /// host, or nodes given with --url that serve others).
+    #[arg(long)]
+    pub rate_max: Option<f64>,
     /// Keep the nodes' directories (data, WAL, logs) afterwards.
     #[arg(long)]
     pub keep_data: bool,
@@ -158,6 +163,8 @@ pub struct Settings {
     pub start_rate_rows_per_s: f64,
     /// Each step offers this many times the last.
     pub rate_factor: f64,
+    /// Highest rate a sweep offers (`--rate-max`; unbounded by default).
+    pub rate_max_rows_per_s: f64,
     /// Most steps of one sweep (upward).
     pub sweep_steps_max: u32,
     /// Steps between the last qualifying and the first failing rate.
@@ -206,6 +213,16 @@ impl Settings {
     pub fn from_args(args: &RunArgs, memory_total_mb: f64) -> Result<Settings> {
         if !(args.nodes == 1 || args.nodes == 3) {
             return Err(Error::InvalidArgs("--nodes must be 1 or 3".into()));
+        }
+        for (flag, rate) in [
+            ("--start-rate", args.start_rate),
+            ("--rate-max", args.rate_max),
+        ] {
+            if rate.is_some_and(|r| !(r.is_finite() && r >= 1.0)) {
+                return Err(Error::InvalidArgs(format!(
+                    "{flag} must be at least 1 row per second"
+                )));
+            }
         }
         let quick = args.quick;
         let confirm_s = match &args.duration {
@@ -285,6 +302,7 @@ impl Settings {
                 50_000.0
             }),
             rate_factor: if quick { 3.0 } else { 2.0 },
+            rate_max_rows_per_s: args.rate_max.unwrap_or(f64::INFINITY),
             // --quick climbs until a gate fails too (×3 from 40,000: the seventh step
             // offers 29 M rows/s, past any machine), then narrows: four steps that all
             // held used to end at 1.08 M rows/s without finding a limit.

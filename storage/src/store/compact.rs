@@ -387,9 +387,10 @@ impl Storage {
             if let (Some(job), OutputOrigin::Merged) = (job, origin) {
                 // A snapshot installed while the job ran may have taken its inputs away
                 // (replaced by a later output the snapshot lists): putting this output
-                // in would hold their rows twice. Moot then; the file stays unlisted on
-                // disk until the next start removes it (a later re-run of the same job
-                // writes the same bytes to the same path).
+                // in would hold their rows twice. Moot then; the unlisted output is
+                // condemned like a replaced file, so no replica keeps a file its peers
+                // do not have (deletion skips the path if it is listed again by then:
+                // a re-run of the same job writes the same bytes to the same path).
                 let pending = state.pending.iter().any(|j| j.index == job.index);
                 let inputs_here = job
                     .request
@@ -401,7 +402,7 @@ impl Storage {
                         output.is_some_and(|o| state.files.iter().any(|f| f.path == o.path));
                     drop(state);
                     if let (Some(output), false) = (output, listed) {
-                        self.catalog.remove(&output.path)?;
+                        self.condemn(std::slice::from_ref(output))?;
                     }
                     tracing::info!(table = %key, index = job.index.0,
                         "compaction moot: a snapshot installed meanwhile replaced its inputs");

@@ -272,3 +272,109 @@ async fn a_queued_compaction_travels_in_the_memory_image() {
     s.restore_memory(back).unwrap();
     assert_eq!(s.compaction_backlog(), 0, "done here: not queued again");
 }
+
+/// Four more flushes of hour-10 rows after the first merge (log indexes from `first`).
+async fn four_more_segments(s: &Storage, first: u64) {
+    let hosts = ["d", "e", "f"];
+    for seg in 0..4u64 {
+        let times: Vec<i64> = (0..3)
+            .map(|i| T0 + 100_000 + (seg as i64) * 1_000 + i * 7)
+            .collect();
+        let values: Vec<f64> = (0..3).map(|i| (seg * 10 + i) as f64).collect();
+        s.apply_write(
+            LogIndex(first + seg * 2),
+            "db",
+            &[("cpu".into(), batch(&hosts, &times, "v", &values))],
+        )
+        .unwrap();
+        s.apply_flush(LogIndex(first + seg * 2 + 1), &[key()]);
+        assert!(s.persist_next().await.unwrap());
+    }
+}
+
+/// A replica that was away merges a job while a snapshot arrives whose state already
+/// merged that job's output again: the merge is moot, and its output must leave the disk
+/// like any replaced file (found in CI: one replica kept such a file its peers did not
+/// have).
+#[tokio::test]
+async fn a_merge_made_moot_by_a_snapshot_leaves_no_file_behind() {
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let no_grace = |dir: &Path| {
+        Storage::open(StorageConfig {
+            dir: dir.to_path_buf(),
+            compaction: CompactionSettings {
+                hour_files_min: 4,
+                input_grace_ms: 0,
+                ..CompactionSettings::default()
+            },
+            ..StorageConfig::default()
+        })
+    };
+    let (away, leader) = (
+        no_grace(d1.path()).await.unwrap(),
+        no_grace(d2.path()).await.unwrap(),
+    );
+    four_segments(&away).await;
+    four_segments(&leader).await;
+    let now = TimestampNs(T0 + 60_000_000_000);
+    let first = leader.compaction_candidates(now).remove(0);
+    for r in [&away, &leader] {
+        assert_eq!(
+            r.apply_compact(LogIndex(9), first.clone()),
+            CompactionOutcome::Scheduled
+        );
+    }
+    // The leader merges, takes four more files of the hour and merges them with the
+    // first output.
+    assert!(leader.compact_next().await.unwrap());
+    let first_output = leader.files()[0].path.clone();
+    four_more_segments(&leader, 10).await;
+    let second = leader.compaction_candidates(now).remove(0);
+    assert!(
+        second.inputs.iter().any(|i| i.path == first_output),
+        "the second merge consumes the first's output: {second:?}"
+    );
+    assert_eq!(
+        leader.apply_compact(LogIndex(18), second),
+        CompactionOutcome::Scheduled
+    );
+    assert!(leader.compact_next().await.unwrap());
+    let image = leader.memory_image();
+    assert_eq!(image.files.len(), 1);
+    let second_output = image.files[0].clone();
+
+    // The away replica has started the first merge when the leader's snapshot arrives.
+    let merge = away.compact_next();
+    tokio::pin!(merge);
+    assert!(
+        futures::poll!(&mut merge).is_pending(),
+        "the merge runs on its own thread"
+    );
+    away.reset_memory();
+    away.retain_for_snapshot(&image).unwrap();
+    let staged = d1.path().join("incoming.parquet");
+    std::fs::copy(d2.path().join("parquet").join(&second_output.path), &staged).unwrap();
+    away.adopt_file(&second_output, &staged).await.unwrap();
+    away.restore_memory(image.clone()).unwrap();
+    assert!(merge.await.unwrap(), "the merge ran");
+    assert_eq!(
+        away.files(),
+        vec![second_output.clone()],
+        "moot: not listed"
+    );
+    assert_eq!(away.compaction_backlog(), 0);
+
+    // Once each has a durable snapshot past the removals, both disks hold the same files.
+    for r in [&away, &leader] {
+        r.snapshot_durable(r.memory_image().generation);
+        r.delete_condemned().await;
+    }
+    let (f1, f2) = (files_on_disk(d1.path()), files_on_disk(d2.path()));
+    assert_eq!(
+        f1.keys().collect::<Vec<_>>(),
+        f2.keys().collect::<Vec<_>>(),
+        "no replica keeps a file its peer does not have"
+    );
+    assert_eq!(f1.len(), 1);
+    assert_eq!(f1, f2, "the same bytes");
+}
