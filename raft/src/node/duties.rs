@@ -262,23 +262,33 @@ impl RaftNode {
             .max(self.state_machine.last_snapshot_build() * SNAPSHOT_BUILD_SHARE)
     }
 
-    /// Proposes every merge the compaction policy finds due now (one per table).
+    /// Proposes every job the compaction policy finds due now, [`COMPACTIONS_IN_FLIGHT`]
+    /// at a time: openraft appends proposals that wait together as one write of the
+    /// log, so a backlog of months costs a few `fsync`s, not one per merge.
     pub(super) async fn propose_compactions(&self) {
+        use futures::StreamExt;
         let now_ns = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
             .unwrap_or(0);
-        for request in self
+        let requests = self
             .storage
-            .compaction_candidates(quiver_storage::TimestampNs(now_ns))
-        {
-            let table = request.table.clone();
-            match self.propose(Command::Compact(request)).await {
+            .compaction_candidates(quiver_storage::TimestampNs(now_ns));
+        let mut answers = futures::stream::iter(requests)
+            .map(|request| async move {
+                let table = request.table.clone();
+                (table, self.propose(Command::Compact(request)).await)
+            })
+            .buffered(COMPACTIONS_IN_FLIGHT);
+        while let Some((table, answer)) = answers.next().await {
+            match answer {
                 Ok(CommandResult::Compaction(outcome)) => {
                     tracing::debug!(%table, ?outcome, "compaction proposed")
                 }
                 Ok(other) => tracing::warn!(%table, ?other, "unexpected answer to a compaction"),
                 Err(e) => {
+                    // Not leader any more, or the log refuses: the rest waits for the next
+                    // check (a job proposed twice is refused at apply, its inputs taken).
                     tracing::warn!(%table, error = %e, "compaction proposal failed");
                     return;
                 }
@@ -286,3 +296,6 @@ impl RaftNode {
         }
     }
 }
+
+/// Compaction proposals waiting for their commit at once.
+const COMPACTIONS_IN_FLIGHT: usize = 32;

@@ -77,20 +77,32 @@ fn mergeable_runs<'a, 'f>(files: &'a [&'f FileMeta]) -> Vec<&'a [&'f FileMeta]> 
     runs
 }
 
-/// The next merge for a table whose files are `files` (in log order), if one is due.
+/// Most merges planned for one table at one check: a long backlog is proposed in
+/// batches of this many, each log entry small, the next batch at the next check.
+pub const MERGES_PER_CHECK_MAX: usize = 128;
+
+/// Every merge due now for a table whose files are `files` (in log order), oldest
+/// buckets first: one per closed day, and one per hour of the days not merged whole.
+/// Their inputs never overlap, so they are carried out one after another in any order.
+/// A backlog of months merges in one check instead of a day per check.
 pub fn plan_table(
     table: &TableKey,
     files: &[FileMeta],
     now: TimestampNs,
     settings: &CompactionSettings,
-) -> Option<CompactionRequest> {
+) -> Vec<CompactionRequest> {
+    let mut planned = Vec::new();
     let mut days: BTreeMap<i64, Vec<&FileMeta>> = BTreeMap::new();
     for f in files {
         if let Some(day) = bucket_of(f, DAY_NS) {
             days.entry(day).or_default().push(f);
         }
     }
+    let mut days_merged = Vec::new();
     for (&day, in_day) in &days {
+        if planned.len() >= MERGES_PER_CHECK_MAX {
+            return planned;
+        }
         if in_day.len() < 2 || !closed(day, DAY_NS, now, settings) {
             continue;
         }
@@ -98,10 +110,12 @@ pub fn plan_table(
         if bytes > settings.day_file_bytes_max {
             continue;
         }
-        for run in mergeable_runs(in_day) {
-            if run.len() >= 2 && merge_memory(run) <= settings.memory_bytes_max {
-                return Some(request(table, run, day, DAY_NS));
-            }
+        if let Some(run) = mergeable_runs(in_day)
+            .into_iter()
+            .find(|run| run.len() >= 2 && merge_memory(run) <= settings.memory_bytes_max)
+        {
+            planned.push(request(table, run, day, DAY_NS));
+            days_merged.push(day);
         }
     }
     let mut hours: BTreeMap<i64, Vec<&FileMeta>> = BTreeMap::new();
@@ -110,10 +124,15 @@ pub fn plan_table(
             .compaction
             .is_none_or(|m| m.bucket_ns == TimestampNs::HOUR_NS);
         if let (true, Some(hour)) = (hour_scoped, bucket_of(f, TimestampNs::HOUR_NS)) {
-            hours.entry(hour).or_default().push(f);
+            if !days_merged.contains(&hour.div_euclid(DAY_NS).saturating_mul(DAY_NS)) {
+                hours.entry(hour).or_default().push(f);
+            }
         }
     }
     for (&hour, in_hour) in &hours {
+        if planned.len() >= MERGES_PER_CHECK_MAX {
+            break;
+        }
         if in_hour.len() < 2 {
             continue;
         }
@@ -128,9 +147,10 @@ pub fn plan_table(
                 take += 1;
             }
             if take >= 2 {
-                return Some(request(table, &run[..take], hour, TimestampNs::HOUR_NS));
+                planned.push(request(table, &run[..take], hour, TimestampNs::HOUR_NS));
+                break;
             }
         }
     }
-    None
+    planned
 }

@@ -4,6 +4,16 @@ use crate::meta::{ColumnMeta, FILE_META_VERSION};
 use crate::paths::parquet_path;
 use crate::schema::{ColumnKind, FieldType};
 
+/// The first merge the policy plans now.
+fn first_merge(
+    table: &TableKey,
+    files: &[FileMeta],
+    now: TimestampNs,
+    settings: &CompactionSettings,
+) -> Option<CompactionRequest> {
+    plan_table(table, files, now, settings).into_iter().next()
+}
+
 const H: i64 = TimestampNs::HOUR_NS;
 /// 2026-01-01T00:00:00Z
 const DAY0: i64 = 1_767_225_600_000_000_000;
@@ -105,9 +115,9 @@ fn an_open_hour_waits_until_it_has_enough_files() {
         ..settings()
     };
     let mut files = vec![file(10, 1, 1), file(10, 2, 2), file(10, 3, 3)];
-    assert_eq!(plan_table(&table(), &files, now, &s), None);
+    assert_eq!(first_merge(&table(), &files, now, &s), None);
     files.push(file(10, 4, 4));
-    let plan = plan_table(&table(), &files, now, &s).unwrap();
+    let plan = first_merge(&table(), &files, now, &s).unwrap();
     assert_eq!(plan.inputs.len(), 4);
     assert_eq!((plan.bucket_start.0, plan.bucket_ns), (DAY0 + 10 * H, H));
 }
@@ -116,13 +126,13 @@ fn an_open_hour_waits_until_it_has_enough_files() {
 fn a_closed_day_becomes_one_file() {
     let now = TimestampNs(DAY0 + DAY_NS + H);
     let files = vec![file(0, 1, 1), file(5, 1, 1), file(23, 2, 2), file(24, 3, 3)];
-    let plan = plan_table(&table(), &files, now, &settings()).unwrap();
+    let plan = first_merge(&table(), &files, now, &settings()).unwrap();
     assert_eq!((plan.bucket_start.0, plan.bucket_ns), (DAY0, DAY_NS));
     assert_eq!(plan.inputs.len(), 3, "the next day's file is not taken");
     // one file per day: nothing more to do.
     let day = output(&[&files[0], &files[1], &files[2]], DAY0, DAY_NS, 9);
     assert_eq!(
-        plan_table(&table(), &[day, files[3].clone()], now, &settings()),
+        first_merge(&table(), &[day, files[3].clone()], now, &settings()),
         None
     );
 }
@@ -135,7 +145,7 @@ fn a_day_too_big_for_one_file_is_merged_per_hour() {
         ..settings()
     };
     let files = vec![file(1, 1, 1), file(1, 2, 2), file(2, 3, 3)];
-    let plan = plan_table(&table(), &files, now, &s).unwrap();
+    let plan = first_merge(&table(), &files, now, &s).unwrap();
     assert_eq!((plan.bucket_start.0, plan.bucket_ns), (DAY0 + H, H));
     assert_eq!(plan.inputs.len(), 2);
 }
@@ -150,14 +160,14 @@ fn the_memory_bound_limits_how_many_files_merge() {
         closed_after_ms: 3_600_000,
         ..settings()
     };
-    let plan = plan_table(&table(), &files, now, &s).unwrap();
+    let plan = first_merge(&table(), &files, now, &s).unwrap();
     assert_eq!(plan.inputs.len(), 3, "a prefix in log order that fits");
     assert_eq!(plan.inputs[0].log_first, LogIndex(1));
     let tight = CompactionSettings {
         memory_bytes_max: one,
         ..s
     };
-    assert_eq!(plan_table(&table(), &files, now, &tight), None);
+    assert_eq!(first_merge(&table(), &files, now, &tight), None);
 }
 
 fn with_lead(mut f: FileMeta, lead: Option<&str>, hosts: u32) -> FileMeta {
@@ -177,13 +187,13 @@ fn files_sorted_by_different_leads_merge_only_in_runs_that_agree() {
         with_lead(file(2, 3, 3), Some("host"), 5),
         with_lead(file(3, 4, 4), Some("host"), 5),
     ];
-    let plan = plan_table(&table(), &files, now, &settings()).unwrap();
+    let plan = first_merge(&table(), &files, now, &settings()).unwrap();
     assert_eq!((plan.bucket_start.0, plan.bucket_ns), (DAY0, DAY_NS));
     let logs: Vec<u64> = plan.inputs.iter().map(|i| i.log_first.0).collect();
     assert_eq!(logs, [1, 2], "the old-order run, with the one-series file");
     let merged = with_lead(output(&[&files[0], &files[1]], DAY0, DAY_NS, 9), None, 5);
     let rest = vec![merged.clone(), files[2].clone(), files[3].clone()];
-    let plan = plan_table(&table(), &rest, now, &settings()).unwrap();
+    let plan = first_merge(&table(), &rest, now, &settings()).unwrap();
     let logs: Vec<u64> = plan.inputs.iter().map(|i| i.log_first.0).collect();
     assert_eq!(logs, [3, 4], "then the host-led run");
     let lone = vec![
@@ -195,8 +205,56 @@ fn files_sorted_by_different_leads_merge_only_in_runs_that_agree() {
         ),
     ];
     assert_eq!(
-        plan_table(&table(), &lone, now, &settings()),
+        first_merge(&table(), &lone, now, &settings()),
         None,
         "two runs of one file"
     );
+}
+
+#[test]
+fn a_backlog_of_many_days_is_planned_in_one_check_without_overlap() {
+    // 200 closed days of two hour files each, and today's open hours: one merge per
+    // closed day up to the per-check bound, and no input named by two merges.
+    let days = 200i64;
+    let mut files = Vec::new();
+    for d in 0..days {
+        files.push(file(d * 24, d as u64 * 2 + 1, d as u64 * 2 + 1));
+        files.push(file(d * 24 + 5, d as u64 * 2 + 2, d as u64 * 2 + 2));
+    }
+    let today = days * 24;
+    let s = CompactionSettings {
+        closed_after_ms: 3_600_000,
+        hour_files_min: 2,
+        ..settings()
+    };
+    for (i, log) in [(0, 1_000u64), (0, 1_001), (1, 1_002)] {
+        files.push(file(today + i, log, log));
+    }
+    let now = TimestampNs(DAY0 + today * H + H + 1);
+    let planned = plan_table(&table(), &files, now, &s);
+    assert_eq!(planned.len(), super::plan::MERGES_PER_CHECK_MAX);
+    assert!(planned.iter().all(|p| p.bucket_ns == DAY_NS));
+    let mut named: Vec<&str> = planned
+        .iter()
+        .flat_map(|p| p.inputs.iter().map(|i| i.path.as_str()))
+        .collect();
+    let all = named.len();
+    named.sort_unstable();
+    named.dedup();
+    assert_eq!(named.len(), all, "an input in two merges");
+    // Once the older days are merged, the rest and today's full hour come in one check.
+    let rest: Vec<FileMeta> = files[2 * super::plan::MERGES_PER_CHECK_MAX..].to_vec();
+    let planned = plan_table(&table(), &rest, now, &s);
+    let day_merges = planned.iter().filter(|p| p.bucket_ns == DAY_NS).count();
+    assert_eq!(
+        day_merges,
+        days as usize - super::plan::MERGES_PER_CHECK_MAX
+    );
+    let hour_merges: Vec<_> = planned.iter().filter(|p| p.bucket_ns == H).collect();
+    assert_eq!(
+        hour_merges.len(),
+        1,
+        "today's first hour (two files); its second has one"
+    );
+    assert_eq!(hour_merges[0].bucket_start.0, DAY0 + today * H);
 }

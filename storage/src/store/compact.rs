@@ -89,8 +89,8 @@ impl Storage {
         CompactionOutcome::Scheduled
     }
 
-    /// What the leader should propose now, at most one job per table that has none
-    /// queued: files past the retention dropped first, then files the retention reaches
+    /// What the leader should propose now, for each table that has none queued: one
+    /// lifecycle job, or every merge due (`plan_table`): files past the retention dropped first, then files the retention reaches
     /// into or a delete hides rows of rewritten, then (when `compaction.enabled`) merges,
     /// oldest buckets first. Every job drops rows past the retention on the way.
     ///
@@ -111,10 +111,10 @@ impl Storage {
         self.tables
             .read()
             .values()
-            .filter_map(|table| {
+            .flat_map(|table| {
                 let state = table.state.read();
                 if !state.pending.is_empty() {
-                    return None;
+                    return Vec::new();
                 }
                 let key = &table.key;
                 let drop_before = policies
@@ -139,15 +139,16 @@ impl Storage {
                     .tombstones_of(&key.database, &key.measurement)
                     .collect();
                 if let Some(job) = plan_lifecycle(key, &state.files, drop_before, &tombstones) {
-                    return Some(job);
+                    return vec![job];
                 }
                 if !settings.enabled {
-                    return None;
+                    return Vec::new();
                 }
-                plan_table(key, &state.files, now, settings).map(|mut merge| {
+                let mut merges = plan_table(key, &state.files, now, settings);
+                for merge in &mut merges {
                     merge.drop_before = drop_before;
-                    merge
-                })
+                }
+                merges
             })
             .collect()
     }
