@@ -98,12 +98,13 @@ pub struct ServeArgs {
 /// Flags of `quiver restore`: the node's settings, and a backup to restore from.
 #[derive(Debug, clap::Args)]
 pub struct RestoreArgs {
-    /// A `quiver backup` directory: restore its newest backup into a new single node
-    /// (empty --data-dir and --wal-dir). Without it, rebuild the node from its own files.
+    /// A `quiver backup` directory or bucket (`s3://bucket/prefix`): restore its newest
+    /// backup into a new single node (empty --data-dir and --wal-dir). Without it,
+    /// rebuild the node from its own files.
     #[arg(long)]
-    pub from: Option<PathBuf>,
-    /// With --from: restore this manifest (a file name in DIR/manifests) rather than
-    /// the newest.
+    pub from: Option<String>,
+    /// With --from: restore this manifest (a file name in manifests/) rather than the
+    /// newest.
     #[arg(long, requires = "from")]
     pub manifest: Option<String>,
     /// The settings the node serves with.

@@ -1,5 +1,6 @@
 //! `quiver backup` and `quiver restore --from`: online, consistent, incremental backups
-//! of a node into a directory, and a new single node made from one.
+//! of a node into a directory or a bucket (the same layout under an `s3://` prefix, see
+//! [`bucket`]), and a new single node made from one.
 //!
 //! A backup directory holds, for each group the node runs, snapshots (the Raft
 //! snapshot: Parquet manifest plus the rows not yet in Parquet) and the Parquet files
@@ -17,6 +18,7 @@
 //! checksum an earlier manifest recorded. A backup without its manifest (interrupted)
 //! is ignored by restore; its copied files are reused by the next one.
 
+pub mod bucket;
 mod files;
 pub mod restore;
 pub mod take;
@@ -139,12 +141,16 @@ pub fn manifest_paths(dir: &Path) -> Result<Vec<PathBuf>> {
 /// Reads and checks one manifest.
 pub fn read_manifest(path: &Path) -> Result<Manifest> {
     let text = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let manifest: Manifest = serde_json::from_slice(&text)
-        .with_context(|| format!("{}: not a Quiver backup manifest", path.display()))?;
+    parse_manifest(&text, &path.display().to_string())
+}
+
+/// Parses and checks the manifest `bytes` read from `source` (named in errors).
+pub fn parse_manifest(bytes: &[u8], source: &str) -> Result<Manifest> {
+    let manifest: Manifest = serde_json::from_slice(bytes)
+        .with_context(|| format!("{source}: not a Quiver backup manifest"))?;
     if manifest.format > MANIFEST_FORMAT {
         bail!(
-            "{}: manifest format {} is newer than this quiver reads ({MANIFEST_FORMAT})",
-            path.display(),
+            "{source}: manifest format {} is newer than this quiver reads ({MANIFEST_FORMAT})",
             manifest.format
         );
     }

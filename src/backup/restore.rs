@@ -1,5 +1,5 @@
-//! `quiver restore --from DIR --data-dir D --wal-dir W`: a new single node from a
-//! backup. Every checksum is checked before anything is written (a corrupt or missing
+//! `quiver restore --from DIR|s3://... --data-dir D --wal-dir W`: a new single node
+//! from a backup (a bucket's is downloaded beside the data directory first). Every checksum is checked before anything is written (a corrupt or missing
 //! file is an error naming it); then, per group, the Parquet files are copied into the
 //! group's directory and the snapshot is laid down with this node as the only voter
 //! (`quiver_raft::lay_down_backup`). `quiver serve` with the same settings then starts
@@ -13,6 +13,7 @@ use anyhow::{bail, Context, Result};
 use quiver_raft::RestoreSettings;
 use quiver_wal::WalConfig;
 
+use super::bucket::{is_bucket_url, BucketBackup};
 use super::{
     install, local_path, manifest_paths, read_manifest, sha256_of_file, FileEntry, Manifest,
     MANIFESTS_DIR,
@@ -23,9 +24,76 @@ use crate::groups::{check_layout, group_dirs};
 /// Most problems listed when a backup fails its check.
 const PROBLEMS_LISTED_MAX: usize = 20;
 
-/// Restores the backup in `from` (its newest manifest, or `manifest`) into the
-/// directories `config` names, which must hold no data yet.
-pub async fn run(config: Config, from: PathBuf, manifest: Option<String>) -> Result<()> {
+/// Where a bucket backup is downloaded, inside the (otherwise empty) data directory.
+const RESTORE_STAGING_DIR: &str = ".restore-staging";
+
+/// Files of a bucket backup downloaded at once.
+const DOWNLOADS_PARALLEL: usize = 4;
+
+/// Restores the backup in `from`, a directory or a bucket (its newest manifest, or
+/// `manifest`), into the directories `config` names, which must hold no data yet.
+pub async fn run(config: Config, from: String, manifest: Option<String>) -> Result<()> {
+    if !is_bucket_url(&from) {
+        return restore_dir(config, PathBuf::from(from), manifest, Placing::Copy).await;
+    }
+    let bucket = BucketBackup::open(&from, "--from")?;
+    check_settings_early(&config)?;
+    // Downloaded into the data directory (the volume the node may write, so each file
+    // is then renamed into place, not copied), checked there like a directory backup,
+    // and removed afterwards whatever happens (a restore killed midway leaves it for
+    // the next restore to clear).
+    let staging = Staging(config.storage.dir.join(RESTORE_STAGING_DIR));
+    if staging.0.exists() {
+        std::fs::remove_dir_all(&staging.0)
+            .with_context(|| format!("clearing {}", staging.0.display()))?;
+    }
+    std::fs::create_dir_all(&staging.0)
+        .with_context(|| format!("creating {}", staging.0.display()))?;
+    let name = bucket
+        .download_backup(manifest, &staging.0, DOWNLOADS_PARALLEL)
+        .await?;
+    restore_dir(config, staging.0.clone(), Some(name), Placing::Move).await
+}
+
+/// A download directory removed when dropped.
+struct Staging(PathBuf);
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// How Parquet files get from the backup into the node's directory.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Placing {
+    /// Copied: the backup directory stays whole.
+    Copy,
+    /// Moved (renamed; copied across volumes): the backup is a download of our own.
+    Move,
+}
+
+/// The settings a restore refuses, checked before a bucket backup is downloaded.
+fn check_settings_early(config: &Config) -> Result<()> {
+    let data_dir = config.storage.dir.clone();
+    let wal_dir = config.wal_dir();
+    ensure_empty(&data_dir, "storage.dir (--data-dir)", &wal_dir)?;
+    ensure_empty(&wal_dir, "wal.dir (--wal-dir)", &wal_dir)?;
+    if config.peers()?.len() > 1 || config.bucket().is_some() {
+        bail!(
+            "restore --from makes a new single node on local disk: no cluster.peers, no \
+             storage.object_store"
+        );
+    }
+    Ok(())
+}
+
+async fn restore_dir(
+    config: Config,
+    from: PathBuf,
+    manifest: Option<String>,
+    placing: Placing,
+) -> Result<()> {
     let started = std::time::Instant::now();
     let manifest_path = match manifest {
         Some(name) => from.join(MANIFESTS_DIR).join(name),
@@ -68,6 +136,7 @@ pub async fn run(config: Config, from: PathBuf, manifest: Option<String>) -> Res
             copy_into(
                 &local_path(&from, &file.path),
                 &local_path(&parquet_dir, path),
+                placing,
             )?;
         }
         rows_files += group.files.len();
@@ -161,7 +230,8 @@ fn ensure_empty(dir: &Path, setting: &str, except: &Path) -> Result<()> {
             .file_name()
             .is_some_and(|n| n == crate::dir_lock::LOCK_FILE);
         let is_empty_wal = path == except && std::fs::read_dir(&path)?.next().is_none();
-        if !is_lock && !is_empty_wal {
+        let is_staging = path.file_name().is_some_and(|n| n == RESTORE_STAGING_DIR);
+        if !is_lock && !is_empty_wal && !is_staging {
             bail!(
                 "{setting} {} is not empty ({} is there): restore --from makes a new node, \
                  into empty directories only",
@@ -218,14 +288,18 @@ fn check_file(from: &Path, entry: &FileEntry) -> Result<(), String> {
     Ok(())
 }
 
-/// Copies `from` to `to` durably (staged beside it, fsynced, renamed).
-fn copy_into(from: &Path, to: &Path) -> Result<()> {
+/// Puts `from` at `to` durably (staged beside it, fsynced, renamed): a copy, or with
+/// [`Placing::Move`] a rename when both are on one volume.
+fn copy_into(from: &Path, to: &Path, placing: Placing) -> Result<()> {
     if let Some(parent) = to.parent() {
         quiver_storage::create_dir_all_durably(parent)
             .with_context(|| format!("creating {}", parent.display()))?;
     }
     let staged = to.with_extension("parquet.part");
-    std::fs::copy(from, &staged)
-        .with_context(|| format!("copying {} to {}", from.display(), staged.display()))?;
+    let moved = placing == Placing::Move && std::fs::rename(from, &staged).is_ok();
+    if !moved {
+        std::fs::copy(from, &staged)
+            .with_context(|| format!("copying {} to {}", from.display(), staged.display()))?;
+    }
     install(&staged, to)
 }

@@ -1,5 +1,5 @@
-//! `quiver backup --url URL --to DIR`: copies a running node's groups into a backup
-//! directory (layout in the module above), without stopping it.
+//! `quiver backup --url URL --to DIR|s3://...`: copies a running node's groups into a
+//! backup directory or bucket (layout in the module above), without stopping it.
 //!
 //! For each group: a snapshot holding every entry committed when it was asked for
 //! (`POST /api/v1/backup/groups/{g}/snapshot`), then every Parquet file it lists
@@ -19,6 +19,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
+use super::bucket::{is_bucket_url, BucketBackup};
 use super::{
     hex, install, known_checksums, local_path, sha256_of_file, write_durably, FileEntry,
     GroupBackup, Manifest, RunStats, MANIFESTS_DIR, MANIFEST_FORMAT,
@@ -36,7 +37,8 @@ pub struct BackupArgs {
     /// The node to back up, its admin token and CA.
     #[command(flatten)]
     pub target: ClusterTarget,
-    /// Backup directory (created if missing). A later backup into the same directory
+    /// Backup directory (created if missing), or a bucket (`s3://bucket/prefix`,
+    /// credentials from the `AWS_*` variables). A later backup into the same place
     /// copies only the files it does not hold yet.
     #[arg(long)]
     pub to: String,
@@ -74,26 +76,137 @@ impl Source {
     }
 }
 
+/// Where a backup goes: a directory, or a bucket through a local spool directory
+/// (each file is downloaded there, hashed, uploaded and removed).
+enum Destination {
+    Dir(PathBuf),
+    Bucket { bucket: BucketBackup, spool: Spool },
+}
+
+/// A scratch directory removed when dropped (also when the backup fails).
+struct Spool(PathBuf);
+
+impl Drop for Spool {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Destination {
+    fn open(to: &str) -> Result<Destination> {
+        if !is_bucket_url(to) {
+            return Ok(Destination::Dir(PathBuf::from(to)));
+        }
+        let bucket = BucketBackup::open(to, "--to")?;
+        let spool = std::env::temp_dir().join(format!(
+            "quiver-backup-{}-{}",
+            std::process::id(),
+            chrono::Utc::now().timestamp_millis()
+        ));
+        std::fs::create_dir_all(&spool)
+            .with_context(|| format!("creating the spool directory {}", spool.display()))?;
+        Ok(Destination::Bucket {
+            bucket,
+            spool: Spool(spool),
+        })
+    }
+
+    /// Where files are written first: the backup directory itself, or the spool.
+    fn local(&self) -> &Path {
+        match self {
+            Destination::Dir(dir) => dir,
+            Destination::Bucket { spool, .. } => &spool.0,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Destination::Dir(dir) => dir.display().to_string(),
+            Destination::Bucket { bucket, .. } => bucket.url().to_string(),
+        }
+    }
+
+    async fn known_checksums(&self) -> Result<BTreeMap<String, FileEntry>> {
+        match self {
+            Destination::Dir(dir) => known_checksums(dir),
+            Destination::Bucket { bucket, .. } => bucket.known_checksums().await,
+        }
+    }
+
+    /// Whether the destination already holds `entry` (a file an earlier backup
+    /// recorded): re-hashed in a directory, its length checked in a bucket.
+    async fn holds(&self, entry: &FileEntry) -> Result<bool> {
+        match self {
+            Destination::Dir(dir) => {
+                let at = local_path(dir, &entry.path);
+                let found = tokio::task::spawn_blocking(move || sha256_of_file(&at).ok()).await?;
+                Ok(found.is_some_and(|(sum, len)| sum == entry.sha256 && len == entry.size_bytes))
+            }
+            Destination::Bucket { bucket, .. } => bucket.holds(entry).await,
+        }
+    }
+
+    /// Makes the file written at `local_path(self.local(), rel)` part of the backup.
+    async fn keep(&self, rel: &str) -> Result<()> {
+        match self {
+            Destination::Dir(_) => Ok(()),
+            Destination::Bucket { bucket, spool } => {
+                let local = local_path(&spool.0, rel);
+                bucket.upload(&local, rel).await?;
+                tokio::fs::remove_file(&local)
+                    .await
+                    .with_context(|| format!("removing {}", local.display()))
+            }
+        }
+    }
+
+    /// Writes the checksums and then the manifest (the commit point); returns where.
+    async fn commit(&self, name: &str, sums: &str, manifest: &Manifest) -> Result<String> {
+        let manifest_bytes = serde_json::to_vec_pretty(manifest)?;
+        let sums_name = Path::new(name).with_extension("sha256");
+        let sums_name = sums_name.to_string_lossy();
+        match self {
+            Destination::Dir(dir) => {
+                let manifest_path = dir.join(MANIFESTS_DIR).join(name);
+                write_durably(&manifest_path.with_extension("sha256"), sums.as_bytes())?;
+                write_durably(&manifest_path, &manifest_bytes)?;
+                Ok(manifest_path.display().to_string())
+            }
+            Destination::Bucket { bucket, .. } => {
+                bucket
+                    .put(
+                        &format!("{MANIFESTS_DIR}/{sums_name}"),
+                        sums.as_bytes().to_vec(),
+                    )
+                    .await?;
+                let rel = format!("{MANIFESTS_DIR}/{name}");
+                bucket.put(&rel, manifest_bytes).await?;
+                Ok(format!("{}/{rel}", bucket.url()))
+            }
+        }
+    }
+}
+
 /// Runs one backup and prints what it did.
 pub async fn run(args: BackupArgs) -> Result<()> {
-    if args.to.contains("://") {
-        bail!(
-            "--to {}: only a directory is supported; back up to a directory and copy it to \
-             the bucket (for example `aws s3 sync DIR s3://...`)",
-            args.to
-        );
-    }
-    let dir = PathBuf::from(&args.to);
+    let destination = Destination::open(&args.to)?;
     let started = Instant::now();
     let source = Source::new(&args.target)?;
     let about = describe(&source).await?;
-    let known = known_checksums(&dir)?;
+    let known = destination.known_checksums().await?;
     let mut stats = RunStats::default();
     let mut groups = Vec::new();
     for &id in &about.groups {
-        let group = backup_group(&source, &dir, id, &known, args.parallel.into(), &mut stats)
-            .await
-            .with_context(|| format!("group {id}"))?;
+        let group = backup_group(
+            &source,
+            &destination,
+            id,
+            &known,
+            args.parallel.into(),
+            &mut stats,
+        )
+        .await
+        .with_context(|| format!("group {id}"))?;
         println!(
             "backup: group {id}: snapshot at log index {}, {} Parquet files",
             group.snapshot_index,
@@ -114,22 +227,20 @@ pub async fn run(args: BackupArgs) -> Result<()> {
         run: stats.clone(),
     };
     let name = Manifest::file_name(now_ms);
-    let manifest_path = dir.join(MANIFESTS_DIR).join(&name);
     let sums: String = manifest
         .entries()
         .map(|e| format!("{}  {}\n", e.sha256, e.path))
         .collect();
-    write_durably(&manifest_path.with_extension("sha256"), sums.as_bytes())?;
     // The manifest last: a backup is complete once it exists.
-    write_durably(&manifest_path, &serde_json::to_vec_pretty(&manifest)?)?;
+    let written = destination.commit(&name, &sums, &manifest).await?;
     println!(
         "backup: {} files copied ({} bytes), {} already in {} ; {} ms; manifest {}",
         stats.files_copied,
         stats.bytes_copied,
         stats.files_reused,
-        dir.display(),
+        destination.describe(),
         stats.elapsed_ms,
-        manifest_path.display()
+        written
     );
     Ok(())
 }
@@ -176,7 +287,7 @@ enum Copy {
 
 async fn backup_group(
     source: &Source,
-    dir: &Path,
+    destination: &Destination,
     id: GroupId,
     known: &BTreeMap<String, FileEntry>,
     parallel: usize,
@@ -184,15 +295,16 @@ async fn backup_group(
 ) -> Result<GroupBackup> {
     let mut gone = Vec::new();
     for _ in 0..SNAPSHOT_ATTEMPTS_MAX {
-        let (snapshot, index, term) = fetch_snapshot(source, dir, id).await?;
+        let (snapshot, index, term) = fetch_snapshot(source, destination.local(), id).await?;
         stats.files_copied += 1;
         stats.bytes_copied += snapshot.size_bytes;
-        let snapshot_path = local_path(dir, &snapshot.path);
+        let snapshot_path = local_path(destination.local(), &snapshot.path);
         let (_, image) =
             tokio::task::spawn_blocking(move || quiver_raft::read_snapshot(&snapshot_path))
                 .await??;
+        destination.keep(&snapshot.path).await?;
         let copies: Vec<Result<Copy>> = futures::stream::iter(image.files.iter())
-            .map(|file| copy_file(source, dir, id, &file.path, file.size_bytes, known))
+            .map(|file| copy_file(source, destination, id, &file.path, file.size_bytes, known))
             .buffer_unordered(parallel)
             .collect()
             .await;
@@ -279,18 +391,16 @@ async fn fetch_snapshot(source: &Source, dir: &Path, id: GroupId) -> Result<(Fil
 /// Copies one Parquet file unless the directory holds it with a known checksum.
 async fn copy_file(
     source: &Source,
-    dir: &Path,
+    destination: &Destination,
     id: GroupId,
     path: &str,
     size_bytes: u64,
     known: &BTreeMap<String, FileEntry>,
 ) -> Result<Copy> {
     let rel = format!("groups/{id}/parquet/{path}");
-    let local = local_path(dir, &rel);
+    let local = local_path(destination.local(), &rel);
     if let Some(entry) = known.get(&rel).filter(|e| e.size_bytes == size_bytes) {
-        let at = local.clone();
-        let found = tokio::task::spawn_blocking(move || sha256_of_file(&at).ok()).await?;
-        if found.is_some_and(|(sum, len)| sum == entry.sha256 && len == size_bytes) {
+        if destination.holds(entry).await? {
             return Ok(Copy::Reused(entry.clone()));
         }
     }
@@ -310,6 +420,7 @@ async fn copy_file(
         .await
         .with_context(|| path.to_string())?;
     install(&staged, &local)?;
+    destination.keep(&rel).await?;
     Ok(Copy::Copied(FileEntry {
         path: rel,
         size_bytes: len,

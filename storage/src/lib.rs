@@ -52,7 +52,9 @@ pub use durable::{
 };
 pub use error::{Error, Result};
 pub use file_list::FileList;
-pub use file_store::{BucketSettings, FileStore, INSTANCE_FILE, OWNER_BEAT_MS_DEFAULT};
+pub use file_store::{
+    open_at_url, BucketSettings, FileStore, INSTANCE_FILE, OWNER_BEAT_MS_DEFAULT,
+};
 pub use ids::{
     validate_database_name, validate_measurement_name, LogIndex, TimestampNs,
     DATABASE_NAME_CHARS_MAX, MEASUREMENT_NAME_BYTES_MAX,

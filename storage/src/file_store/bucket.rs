@@ -73,13 +73,41 @@ fn parse_url(url: &str) -> Result<(String, String)> {
 /// The store under this node's prefix, and its URL for messages.
 pub(super) fn open(settings: &BucketSettings) -> Result<(Arc<dyn ObjectStore>, String)> {
     let (bucket, prefix) = parse_url(&settings.url)?;
+    let s3 = s3_client(&bucket, settings, "storage.object_store")?;
+    let node_prefix = if prefix.is_empty() {
+        format!("node-{}", settings.node_id)
+    } else {
+        format!("{prefix}/node-{}", settings.node_id)
+    };
+    let url = format!("s3://{bucket}/{node_prefix}");
+    Ok((Arc::new(PrefixStore::new(s3, node_prefix.as_str())), url))
+}
+
+/// The store under `settings.url`'s own prefix (no node part), for tools that keep
+/// their own layout there (`quiver backup --to s3://...`). `node_id` is not used.
+pub fn open_at_url(settings: &BucketSettings, what: &str) -> Result<Arc<dyn ObjectStore>> {
+    let (bucket, prefix) = parse_url(&settings.url)?;
+    let s3 = s3_client(&bucket, settings, what)?;
+    if prefix.is_empty() {
+        return Ok(Arc::new(s3));
+    }
+    Ok(Arc::new(PrefixStore::new(s3, prefix.as_str())))
+}
+
+/// An S3 client for `bucket`: the `AWS_*` environment, then `settings`; errors name
+/// `what` (the setting or flag the URL came from).
+fn s3_client(
+    bucket: &str,
+    settings: &BucketSettings,
+    what: &str,
+) -> Result<object_store::aws::AmazonS3> {
     let timeout = Duration::from_millis(settings.timeout_ms.max(1));
     // Set key by key: replacing the client options would drop what `from_env` read
     // into them (`AWS_ALLOW_HTTP`, proxies...).
     let client = |key| AmazonS3ConfigKey::Client(key);
     let connect_timeout = timeout.min(Duration::from_secs(5));
     let mut builder = AmazonS3Builder::from_env()
-        .with_bucket_name(&bucket)
+        .with_bucket_name(bucket)
         .with_config(
             client(ClientConfigKey::Timeout),
             format!("{}ms", timeout.as_millis()),
@@ -112,16 +140,9 @@ pub(super) fn open(settings: &BucketSettings) -> Result<(Arc<dyn ObjectStore>, S
     if let Some(secret) = &settings.secret_access_key {
         builder = builder.with_secret_access_key(secret);
     }
-    let s3 = builder
+    builder
         .build()
-        .map_err(|e| Error::InvalidConfig(format!("storage.object_store: {e}")))?;
-    let node_prefix = if prefix.is_empty() {
-        format!("node-{}", settings.node_id)
-    } else {
-        format!("{prefix}/node-{}", settings.node_id)
-    };
-    let url = format!("s3://{bucket}/{node_prefix}");
-    Ok((Arc::new(PrefixStore::new(s3, node_prefix.as_str())), url))
+        .map_err(|e| Error::InvalidConfig(format!("{what} {}: {e}", settings.url)))
 }
 
 #[cfg(test)]

@@ -30,7 +30,7 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 
-pub use bucket::{BucketSettings, OWNER_BEAT_MS_DEFAULT};
+pub use bucket::{open_at_url, BucketSettings, OWNER_BEAT_MS_DEFAULT};
 pub use owner::INSTANCE_FILE;
 
 use crate::durable::{install_file_durably, replace_file_durably};
