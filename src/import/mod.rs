@@ -12,6 +12,7 @@
 mod arrow_rows;
 mod check;
 mod line_protocol;
+mod remote;
 mod resume;
 mod send;
 
@@ -45,7 +46,8 @@ pub struct ImportArgs {
     /// Start every file from its beginning, ignoring resume points.
     #[arg(long)]
     pub restart: bool,
-    /// Files to load.
+    /// Files to load: local paths, or objects in a bucket (`s3://bucket/path`,
+    /// credentials from the `AWS_*` variables).
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
 }
@@ -92,7 +94,14 @@ pub async fn run(args: ImportArgs) -> Result<()> {
     let sender = send::Sender::new(&args.target, &args.database)?;
     let mut acked = Acked::default();
     let mut rejected_total = 0u64;
-    for file in &args.files {
+    for named in &args.files {
+        let remote = remote::is_remote(named);
+        let copy = if remote {
+            remote::local_copy(&named.to_string_lossy()).await?
+        } else {
+            named.clone()
+        };
+        let file = &copy;
         let format = format_of(&args, file);
         let outcome = match format {
             Format::LineProtocol => line_protocol::load(&args, &sender, file, &mut acked).await,
@@ -116,7 +125,10 @@ pub async fn run(args: ImportArgs) -> Result<()> {
                 .await
             }
         }
-        .with_context(|| format!("importing {}", file.display()))?;
+        .with_context(|| format!("importing {}", named.display()))?;
+        if remote {
+            remote::remove_copy(&copy);
+        }
         rejected_total += outcome.rejected;
     }
     let report = check::compare(&sender, &acked).await?;

@@ -574,3 +574,49 @@ def test_a_backup_in_a_bucket_is_incremental_and_restores_a_new_node(moto):
         node.stop()
         restored.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def test_import_reads_files_from_a_bucket_and_stores_them_once(moto):
+    """`quiver import s3://bucket/key.lp ...`: the object's rows are stored, and an import
+    run again (as after an interruption) stores none of them twice."""
+    moto_port, s3 = moto
+    aws = {
+        "AWS_ACCESS_KEY_ID": KEYS["aws_access_key_id"],
+        "AWS_SECRET_ACCESS_KEY": KEYS["aws_secret_access_key"],
+        "AWS_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{moto_port}",
+        "AWS_ALLOW_HTTP": "true",
+    }
+    workdir = Path(tempfile.mkdtemp(prefix="quiver-s3-import-"))
+    key = f"history-{uuid.uuid4().hex[:6]}/cpu.lp"
+    body = "\n".join(lines("cpu", 0, 30_000)) + "\n"
+    s3.put_object(Bucket=BUCKET, Key=key, Body=body.encode())
+    db = f"imp_{uuid.uuid4().hex[:6]}"
+    node = Node(binary_path(), workdir, data_dir=workdir / "data")
+    node.start()
+    try:
+        args = [
+            "import",
+            "--url",
+            node.url,
+            "--token",
+            TOKEN,
+            "--database",
+            db,
+            "--chunk-bytes",
+            "100000",
+            f"s3://{BUCKET}/{key}",
+        ]
+        code, out = quiver_cli(args, aws)
+        assert code == 0, out
+        assert "30000 rows acknowledged" in out.replace(",", ""), out
+        want = (30_000, sum(range(30_000)))
+        assert count_and_sum(node, db, "cpu") == want
+        code, out = quiver_cli(args + ["--restart"], aws)
+        assert code == 0, out
+        assert count_and_sum(node, db, "cpu") == want, "rows stored twice"
+        code, out = quiver_cli(args[:-1] + [f"s3://{BUCKET}/no-such-object.lp"], aws)
+        assert code != 0 and "no-such-object.lp" in out, out
+    finally:
+        node.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
