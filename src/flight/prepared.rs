@@ -22,6 +22,9 @@ use tonic::Status;
 /// Prepared statements open at once on this node.
 pub const PREPARED_MAX: usize = 4_096;
 
+/// Rows of parameters one `DoPut` may bind (the query runs once per row).
+pub const PARAM_ROWS_MAX: usize = 1_024;
+
 /// A statement unused this long may be dropped to make room.
 pub const IDLE_MS_MAX: u64 = 15 * 60 * 1_000;
 
@@ -36,8 +39,9 @@ pub struct Prepared {
     pub schema: SchemaRef,
     /// Its placeholders' types, `$1` first (`None`: not inferred).
     pub params: Vec<Option<DataType>>,
-    /// The values bound by the last `DoPut`, if any.
-    pub bound: Option<Vec<ScalarValue>>,
+    /// The rows of values bound by the last `DoPut`, if any (at least one row): the
+    /// query runs once per row, its answers one after another.
+    pub bound: Option<Vec<Vec<ScalarValue>>>,
     used: Instant,
 }
 
@@ -77,45 +81,54 @@ impl Prepared {
         )
     }
 
-    /// Binds the one row of `batches` (or nothing, for no rows) to the placeholders,
-    /// casting each value to its placeholder's type.
+    /// Binds the rows of `batches` (nothing, for no rows) to the placeholders, casting
+    /// each value to its placeholder's type. At most [`PARAM_ROWS_MAX`] rows.
     pub fn bind(&mut self, batches: &[RecordBatch]) -> Result<(), Status> {
         let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
         if rows == 0 {
             self.bound = None;
             return Ok(());
         }
-        if rows > 1 {
+        if rows > PARAM_ROWS_MAX {
             return Err(Status::invalid_argument(format!(
-                "{rows} rows of parameters were bound; Quiver runs a prepared query with \
-                 one row of values at a time"
+                "{rows} rows of parameters were bound; at most {PARAM_ROWS_MAX} (the query \
+                 runs once per row)"
             )));
         }
-        let Some(batch) = batches.iter().find(|b| b.num_rows() == 1) else {
-            return Err(Status::invalid_argument("no row of parameters"));
-        };
-        if batch.num_columns() != self.params.len() {
-            return Err(Status::invalid_argument(format!(
-                "{} parameter values were bound; the statement has {} placeholders",
-                batch.num_columns(),
-                self.params.len()
-            )));
+        let mut bound = Vec::with_capacity(rows);
+        for batch in batches.iter().filter(|b| b.num_rows() > 0) {
+            if batch.num_columns() != self.params.len() {
+                return Err(Status::invalid_argument(format!(
+                    "{} parameter values were bound; the statement has {} placeholders",
+                    batch.num_columns(),
+                    self.params.len()
+                )));
+            }
+            for row in 0..batch.num_rows() {
+                let values = batch
+                    .columns()
+                    .iter()
+                    .zip(&self.params)
+                    .enumerate()
+                    .map(|(i, (column, target))| value(column.as_ref(), row, target.as_ref(), i))
+                    .collect::<Result<Vec<_>, Status>>()?;
+                bound.push(values);
+            }
         }
-        let values = batch
-            .columns()
-            .iter()
-            .zip(&self.params)
-            .enumerate()
-            .map(|(i, (column, target))| value(column.as_ref(), target.as_ref(), i))
-            .collect::<Result<Vec<_>, Status>>()?;
-        self.bound = Some(values);
+        debug_assert_eq!(bound.len(), rows);
+        self.bound = Some(bound);
         Ok(())
     }
 }
 
-/// The value of `$i+1`, cast to its placeholder's type when known.
-fn value(column: &dyn Array, target: Option<&DataType>, i: usize) -> Result<ScalarValue, Status> {
-    let value = ScalarValue::try_from_array(column, 0)
+/// The value of `$i+1` in `row`, cast to its placeholder's type when known.
+fn value(
+    column: &dyn Array,
+    row: usize,
+    target: Option<&DataType>,
+    i: usize,
+) -> Result<ScalarValue, Status> {
+    let value = ScalarValue::try_from_array(column, row)
         .map_err(|e| Status::invalid_argument(format!("parameter ${}: {e}", i + 1)))?;
     match target {
         Some(target) if value.data_type() != *target && !value.is_null() => {
@@ -212,31 +225,54 @@ mod tests {
     }
 
     #[test]
-    fn one_row_binds_cast_to_the_placeholder_types() {
+    fn rows_bind_cast_to_the_placeholder_types_in_order() {
         let mut p = prepared(vec![Some(DataType::Float64), None]);
         let schema = Arc::new(Schema::new(vec![
             Field::new("a", DataType::Int64, false),
             Field::new("b", DataType::Utf8, false),
         ]));
-        let batch = RecordBatch::try_new(
-            schema,
+        let batch = |a: Vec<i64>, b: Vec<&str>| {
+            RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(Int64Array::from(a)),
+                    Arc::new(StringArray::from(b)),
+                ],
+            )
+            .unwrap()
+        };
+        p.bind(&[batch(vec![2], vec!["x"])]).unwrap();
+        let row = |a: f64, b: &str| {
             vec![
-                Arc::new(Int64Array::from(vec![2])),
-                Arc::new(StringArray::from(vec!["x"])),
-            ],
-        )
+                ScalarValue::Float64(Some(a)),
+                ScalarValue::Utf8(Some(b.into())),
+            ]
+        };
+        assert_eq!(p.bound, Some(vec![row(2.0, "x")]));
+        // Several rows, over several batches (an empty one among them), in order.
+        p.bind(&[
+            batch(vec![1, 2], vec!["a", "b"]),
+            batch(vec![], vec![]),
+            batch(vec![3], vec!["c"]),
+        ])
         .unwrap();
-        p.bind(std::slice::from_ref(&batch)).unwrap();
         assert_eq!(
             p.bound,
-            Some(vec![
-                ScalarValue::Float64(Some(2.0)),
-                ScalarValue::Utf8(Some("x".into()))
-            ])
+            Some(vec![row(1.0, "a"), row(2.0, "b"), row(3.0, "c")])
         );
-        let two_rows = arrow::compute::concat_batches(&batch.schema(), [&batch, &batch]).unwrap();
+        // No rows: nothing bound.
+        p.bind(&[batch(vec![], vec![])]).unwrap();
+        assert_eq!(p.bound, None);
+        // Too many rows, or the wrong number of columns, are refused.
+        let many: Vec<i64> = (0..=PARAM_ROWS_MAX as i64).collect();
+        let names = vec!["n"; many.len()];
         assert_eq!(
-            p.bind(&[two_rows]).unwrap_err().code(),
+            p.bind(&[batch(many, names)]).unwrap_err().code(),
+            tonic::Code::InvalidArgument
+        );
+        let mut one = prepared(vec![None]);
+        assert_eq!(
+            one.bind(&[batch(vec![1], vec!["x"])]).unwrap_err().code(),
             tonic::Code::InvalidArgument
         );
     }

@@ -40,7 +40,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::caller::{self, Caller};
 use super::cancel::Running;
 use super::metadata;
-use super::prepared::{Prepared, Registry};
+use super::prepared::{Prepared, Registry, PARAM_ROWS_MAX};
 use super::status::{internal, query_status};
 use super::ticket::{self, Statement};
 use crate::http::AppState;
@@ -48,8 +48,8 @@ use crate::http::AppState;
 /// The action type of Flight's `CancelFlightInfo`.
 const CANCEL_FLIGHT_INFO: &str = "CancelFlightInfo";
 
-/// Record batches one `DoPut` of parameters may send (one row, in any of them).
-const PARAM_BATCHES_MAX: usize = 16;
+/// Record batches one `DoPut` of parameters may send (empty ones included).
+const PARAM_BATCHES_MAX: usize = PARAM_ROWS_MAX;
 
 /// The stream `DoGet` answers with.
 pub type DoGetStream = <Service as FlightService>::DoGetStream;
@@ -107,14 +107,15 @@ impl Service {
         Caller::check(&self.app, metadata)
     }
 
-    /// Runs `sql` against `database` and streams its batches as Flight data; a run
+    /// Runs `sql` against `database` (once per row of `params` when rows are bound,
+    /// the answers one after another) and streams its batches as Flight data; a run
     /// named `name` (its ticket's) ends with `CANCELLED` when a client cancels it.
     async fn run(
         &self,
         database: &str,
         access: &QueryAccess,
         sql: &str,
-        params: Option<Vec<ScalarValue>>,
+        params: Option<Vec<Vec<ScalarValue>>>,
         name: Option<String>,
     ) -> Result<Response<DoGetStream>, Status> {
         let guard = match name {
@@ -123,13 +124,38 @@ impl Service {
         };
         let started = Instant::now();
         metrics::counter!("quiver_flight_queries_total").increment(1);
-        let stream = self
+        let mut rows = params.unwrap_or_default().into_iter();
+        let first = self
             .app
             .query
-            .execute_stream_as(database, sql, params, access)
+            .execute_stream_as(database, sql, rows.next(), access)
             .await
             .map_err(|e| query_status(&e))?;
-        let schema = stream.schema();
+        let schema = first.schema();
+        // Each further row's query starts when the one before has been read to its end:
+        // one query slot at a time, in the order the rows were bound.
+        let (engine, database, sql, access) = (
+            self.app.query.clone(),
+            database.to_string(),
+            sql.to_string(),
+            access.clone(),
+        );
+        let rest = stream::iter(rows)
+            .then(move |row| {
+                let (engine, database, sql, access) = (
+                    engine.clone(),
+                    database.clone(),
+                    sql.clone(),
+                    access.clone(),
+                );
+                async move {
+                    engine
+                        .execute_stream_as(&database, &sql, Some(row), &access)
+                        .await
+                }
+            })
+            .try_flatten();
+        let stream = first.chain(rest);
         // The query's time is recorded when its last batch has been taken.
         let finished = stream::once(async move {
             metrics::histogram!("quiver_query_seconds").record(started.elapsed().as_secs_f64());
@@ -358,21 +384,22 @@ impl FlightSqlService for Service {
         let mut stream = FlightRecordBatchStream::new_from_flight_data(
             request.into_inner().map_err(FlightError::from),
         );
-        // One row is all a query binds; the count bounds what a client can make the
-        // door hold (empty batches included).
+        // The counts bound what a client can make the door hold (empty batches
+        // included).
         let mut batches: Vec<RecordBatch> = Vec::new();
+        let mut rows = 0usize;
         while let Some(batch) = stream
             .try_next()
             .await
             .map_err(|e| Status::invalid_argument(format!("reading the bound parameters: {e}")))?
         {
+            rows += batch.num_rows();
             batches.push(batch);
-            let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
-            if rows > 1 || batches.len() > PARAM_BATCHES_MAX {
-                return Err(Status::invalid_argument(
-                    "bind one row of parameters: Quiver runs a prepared query with one \
-                     row of values at a time",
-                ));
+            if rows > PARAM_ROWS_MAX || batches.len() > PARAM_BATCHES_MAX {
+                return Err(Status::invalid_argument(format!(
+                    "bind at most {PARAM_ROWS_MAX} rows of parameters in at most \
+                     {PARAM_BATCHES_MAX} batches (the query runs once per row)"
+                )));
             }
         }
         self.prepared

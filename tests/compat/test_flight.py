@@ -1,7 +1,8 @@
 """Real Arrow Flight SQL clients against Quiver's Flight SQL door (`--flight-addr`).
 
 - ADBC's Flight SQL driver (`adbc-driver-flightsql` through `adbc-driver-manager`'s
-  DB-API): a query, a prepared statement with a bound parameter, `adbc_get_objects`
+  DB-API): a query, a prepared statement with a bound parameter and with several rows
+  of parameters, `adbc_get_objects`
   and `adbc_get_table_schema` (GetCatalogs, GetDbSchemas, GetTables with schemas), a
   refused token. The database is named by the `database` gRPC header, set with the
   driver's `adbc.flight.sql.rpc.call_header.database` option.
@@ -77,6 +78,19 @@ def test_adbc_prepared_statement_binds_a_parameter(node, flight_db):
         # The same statement again with another value: prepared once, bound twice.
         cur.execute("SELECT host, usage FROM cpu WHERE usage > $1 ORDER BY time", parameters=(1.0,))
         assert cur.fetchall() == [("b", 1.5)]
+
+
+def test_adbc_prepared_query_runs_once_per_bound_row(node, flight_db):
+    """A query bound to several rows of parameters answers each row in turn, as ADBC's
+    Flight SQL driver sends them (one DoPut of all rows, then one DoGet)."""
+    sql = "SELECT host, count AS n FROM cpu WHERE host = $1 AND count >= $2 ORDER BY time"
+    rows = pa.record_batch([pa.array(["b", "a", "zz"]), pa.array([0, 2, 0])], names=["h", "c"])
+    with connect(node, flight_db) as conn, conn.cursor() as cur:
+        cur.execute(sql, parameters=rows)
+        assert cur.fetchall() == [("b", 3), ("a", 2)]
+        # The same statement with one row again: only that row's answer.
+        cur.execute(sql, parameters=("a", 0))
+        assert cur.fetchall() == [("a", 1), ("a", 2)]
 
 
 def test_adbc_lists_catalog_schemas_tables_and_columns(node, flight_db):
