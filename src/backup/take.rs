@@ -214,6 +214,47 @@ pub async fn run(args: BackupArgs) -> Result<()> {
         );
         groups.push(group);
     }
+    // Groups placed on other nodes: each from the first of its members that answers.
+    for (id, members) in &about.remote_groups {
+        let mut failures = Vec::new();
+        let mut taken = None;
+        for addr in members {
+            let member = Source::new(&member_target(&args.target, addr))?;
+            match backup_group(
+                &member,
+                &destination,
+                *id,
+                &known,
+                args.parallel.into(),
+                &mut stats,
+            )
+            .await
+            {
+                Ok(group) => {
+                    println!(
+                        "backup: group {id} (from {addr}): snapshot at log index {}, {} Parquet \
+                         files",
+                        group.snapshot_index,
+                        group.files.len()
+                    );
+                    taken = Some(group);
+                    break;
+                }
+                Err(e) => {
+                    eprintln!("backup: group {id}: member {addr}: {e:#}; trying another");
+                    failures.push(format!("{addr}: {e:#}"));
+                }
+            }
+        }
+        let Some(group) = taken else {
+            bail!(
+                "group {id}: no member could be backed up from ({})",
+                failures.join("; ")
+            );
+        };
+        groups.push(group);
+    }
+    groups.sort_by_key(|g| g.id);
     stats.elapsed_ms = started.elapsed().as_millis() as u64;
     let now_ms = chrono::Utc::now().timestamp_millis();
     let manifest = Manifest {
@@ -245,11 +286,28 @@ pub async fn run(args: BackupArgs) -> Result<()> {
     Ok(())
 }
 
+/// The target of a member `addr` of a group (an address as peers know it): the
+/// operator's token and CA, and https when the node asked first was reached so.
+fn member_target(target: &ClusterTarget, addr: &str) -> ClusterTarget {
+    let url = if !addr.contains("://") && target.url.starts_with("https://") {
+        format!("https://{addr}")
+    } else {
+        addr.to_string()
+    };
+    ClusterTarget {
+        url,
+        ..target.clone()
+    }
+}
+
 /// What the node says of itself.
 struct About {
     node_id: u64,
     data_groups: usize,
+    /// The groups it runs.
     groups: Vec<GroupId>,
+    /// The groups only other nodes run, with their members' addresses.
+    remote_groups: Vec<(GroupId, Vec<String>)>,
     version: String,
 }
 
@@ -267,10 +325,28 @@ async fn describe(source: &Source) -> Result<About> {
         .filter_map(Value::as_u64)
         .map(|g| g as GroupId)
         .collect();
+    let remote_groups = body["remote_groups"]
+        .as_array()
+        .map(|groups| {
+            groups
+                .iter()
+                .filter_map(|g| {
+                    let id = g["id"].as_u64()? as GroupId;
+                    let members = g["members"]
+                        .as_array()?
+                        .iter()
+                        .filter_map(|m| m.as_str().map(str::to_string))
+                        .collect();
+                    Some((id, members))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     Ok(About {
         node_id: body["node_id"].as_u64().unwrap_or(0),
         data_groups: body["data_groups"].as_u64().unwrap_or(1) as usize,
         groups,
+        remote_groups,
         version: body["version"].as_str().unwrap_or("").to_string(),
     })
 }

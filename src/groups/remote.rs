@@ -137,6 +137,11 @@ impl RemoteGroup {
         self.id
     }
 
+    /// Its members' addresses (as peers reach them), in id order.
+    pub fn member_addrs(&self) -> Vec<String> {
+        self.members.iter().map(|(_, addr)| addr.clone()).collect()
+    }
+
     /// Its members' ids.
     pub fn member_ids(&self) -> Vec<u64> {
         self.members.iter().map(|(id, _)| *id).collect()

@@ -57,28 +57,28 @@ fn group_of(app: &AppState, id: GroupId) -> Result<Group, ApiError> {
     })
 }
 
-/// `GET /api/v1/backup`: `{"node_id", "data_groups", "groups": [ids]}`.
+/// `GET /api/v1/backup`: `{"node_id", "data_groups", "groups": [ids],
+/// "remote_groups": [{"id", "members": [addresses]}]}`. The groups this node does not
+/// run (placed on other nodes) are listed with their members, so a backup of the
+/// cluster takes each of them from one of its members.
 pub async fn describe(
     State(app): State<AppState>,
     Query(params): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     admin(&app, &headers, &params)?;
-    if app.groups.is_placed() {
-        // A backup of this node would lack the groups other nodes hold, and a restore
-        // of it would start them empty: refused rather than silently partial.
-        return Err(ApiError::with_status(
-            StatusCode::NOT_IMPLEMENTED,
-            "this node holds only some of the cluster's data groups (cluster.replication is \
-             less than the node count); backing up such a cluster is not built yet",
-        ));
-    }
     let groups: Vec<GroupId> = app.groups.all().map(|g| g.id).collect();
+    let remote: Vec<Value> = app
+        .groups
+        .remote()
+        .map(|r| json!({"id": r.id(), "members": r.member_addrs()}))
+        .collect();
     Ok(Json(json!({
         "success": true,
         "node_id": app.config.cluster.node_id,
         "data_groups": app.config.cluster.data_groups,
         "groups": groups,
+        "remote_groups": remote,
         "version": env!("CARGO_PKG_VERSION"),
     })))
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::cluster_support::{specs, start};
 use crate::common::{batch_payload, Node, NodeSpec, TOKEN};
 
 /// Rows in one batch of the load writer (each batch in its own hour, so the digest's
@@ -380,4 +381,67 @@ async fn backup_of_three_data_groups_restores_every_group() {
     assert_eq!(digest(&source).await, digest(&restored).await);
     let rows = restored.rows("db", "SELECT count(*) FROM m0").await;
     assert_eq!(rows[0][0].as_u64(), Some(31));
+}
+
+/// Per measurement `m0..m11` of `db`: its row count and the sum of `v`.
+async fn sums(node: &Node) -> Vec<(Option<i64>, Option<f64>)> {
+    let mut out = Vec::new();
+    for m in 0..12 {
+        let rows = node
+            .rows("db", &format!("SELECT count(*), sum(v) FROM m{m}"))
+            .await;
+        out.push((rows[0][0].as_i64(), rows[0][1].as_f64()));
+    }
+    out
+}
+
+/// A cluster whose data groups each live on some nodes only (replication 2 on 3 nodes):
+/// one backup asked of one node takes the groups that node does not run from their
+/// members, and a restore makes one node holding every group and every row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_of_a_cluster_with_placed_groups_takes_each_group_from_a_member() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = [
+        ("QUIVER_CLUSTER_DATA_GROUPS", "3".to_string()),
+        ("QUIVER_CLUSTER_REPLICATION", "2".to_string()),
+        ("QUIVER_STORAGE_FLUSH_AGE_MS", "300".to_string()),
+    ];
+    let nodes = start(specs(&dir.path().join("cluster"), 3, &env)).await;
+    let mut lines = String::new();
+    for m in 0..12 {
+        for r in 0..30 {
+            let t = LOAD_BASE_NS + r * 1_000_000;
+            lines.push_str(&format!("m{m},host=h{} v={r} {t}\n", r % 3));
+        }
+    }
+    let (status, answer) = nodes[0].write_lp("/write?db=db", &lines).await;
+    assert_eq!(status, 204, "{answer}");
+    let expected: Vec<(Option<i64>, Option<f64>)> =
+        (0..12).map(|_| (Some(30), Some(435.0))).collect();
+    nodes[0]
+        .wait_for("every group's rows", Duration::from_secs(30), || async {
+            sums(&nodes[0]).await == expected
+        })
+        .await;
+
+    let backups = dir.path().join("backups");
+    let out = backup(&nodes[0], &backups);
+    assert!(
+        out.contains("(from "),
+        "a group taken from another node: {out}"
+    );
+    let manifest = &manifests(&backups)[0];
+    let groups: Vec<u64> = manifest["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .map(|g| g["id"].as_u64().expect("id"))
+        .collect();
+    assert_eq!(groups, vec![0, 1, 2, 3], "every group of the cluster");
+
+    let restored_spec = spec_in(&dir.path().join("restored")).with("QUIVER_CLUSTER_DATA_GROUPS", 3);
+    let (code, out) = restore(&backups, &restored_spec);
+    assert_eq!(code, Some(0), "{out}");
+    let restored = Node::start(restored_spec).await;
+    assert_eq!(sums(&restored).await, expected);
 }
