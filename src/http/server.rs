@@ -113,7 +113,12 @@ pub async fn serve(
             match tls {
                 None => serve_connection(&http, stream, service, watcher).await,
                 Some(acceptor) => {
-                    match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
+                    // Held outside the timeout, so a stalled handshake's socket closes
+                    // (when `accept` drops, at the end of this arm) only after it was
+                    // counted: whoever sees it closed sees it in the metrics.
+                    let accept = acceptor.accept(stream);
+                    tokio::pin!(accept);
+                    match tokio::time::timeout(handshake_timeout, &mut accept).await {
                         Ok(Ok(stream)) => serve_connection(&http, stream, service, watcher).await,
                         Ok(Err(e)) => {
                             metrics::counter!("quiver_http_tls_handshake_failures_total")
