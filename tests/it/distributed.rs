@@ -128,9 +128,8 @@ fn plan_text(rows: &[Vec<Value>]) -> String {
         .join("\n")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scans_of_groups_held_elsewhere_run_on_their_members_and_answer_the_same_everywhere() {
-    let dir = tempfile::tempdir().expect("tempdir");
+/// Four nodes, four data groups of two replicas each, every node a query worker.
+fn worker_cluster(dir: &std::path::Path) -> Vec<crate::common::NodeSpec> {
     let worker_ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
     let workers = worker_ports
         .iter()
@@ -144,7 +143,7 @@ async fn scans_of_groups_held_elsewhere_run_on_their_members_and_answer_the_same
         ("QUIVER_CLUSTER_QUERY_WORKERS", workers),
         ("QUIVER_STORAGE_FLUSH_AGE_MS", "500".to_string()),
     ];
-    let specs: Vec<_> = specs(dir.path(), 4, &env)
+    specs(dir, 4, &env)
         .into_iter()
         .zip(&worker_ports)
         .map(|(spec, port)| {
@@ -153,8 +152,13 @@ async fn scans_of_groups_held_elsewhere_run_on_their_members_and_answer_the_same
                 format!("127.0.0.1:{port}"),
             )
         })
-        .collect();
-    let mut nodes = start(specs).await;
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scans_of_groups_held_elsewhere_run_on_their_members_and_answer_the_same_everywhere() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut nodes = start(worker_cluster(dir.path())).await;
     for batch in 0..BATCHES {
         let node = &nodes[batch % nodes.len()];
         let (status, answer) = node.write_lp("/write?db=db", &body(batch)).await;
@@ -381,30 +385,7 @@ async fn a_stage_whose_worker_cannot_be_reached_runs_on_another_member() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remote_measurement_joined_with_a_large_local_one_matches_every_row() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let worker_ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
-    let workers = worker_ports
-        .iter()
-        .enumerate()
-        .map(|(i, p)| format!("{}=http://127.0.0.1:{p}", i + 1))
-        .collect::<Vec<_>>()
-        .join(",");
-    let env = [
-        ("QUIVER_CLUSTER_DATA_GROUPS", "4".to_string()),
-        ("QUIVER_CLUSTER_REPLICATION", "2".to_string()),
-        ("QUIVER_CLUSTER_QUERY_WORKERS", workers),
-        ("QUIVER_STORAGE_FLUSH_AGE_MS", "500".to_string()),
-    ];
-    let specs: Vec<_> = specs(dir.path(), 4, &env)
-        .into_iter()
-        .zip(&worker_ports)
-        .map(|(spec, port)| {
-            spec.with(
-                "QUIVER_CLUSTER_QUERY_WORKER_ADDR",
-                format!("127.0.0.1:{port}"),
-            )
-        })
-        .collect();
-    let nodes = start(specs).await;
+    let nodes = start(worker_cluster(dir.path())).await;
     // One row in each candidate, then which of them node 1 holds.
     let mut seed = String::new();
     for c in 0..8 {
