@@ -185,29 +185,15 @@ impl BucketBackup {
                 .with_context(|| format!("creating {}", parent.display()))?;
         }
         let staged = target.with_extension("part");
-        let mut file = tokio::fs::File::create(&staged)
-            .await
-            .with_context(|| format!("creating {}", staged.display()))?;
-        let mut stream = self
-            .store
-            .get(&ObjectPath::from(rel))
-            .await
-            .with_context(|| format!("reading {}/{rel}", self.url))?
-            .into_stream();
-        while let Some(chunk) = stream
-            .try_next()
-            .await
-            .with_context(|| format!("reading {}/{rel}", self.url))?
-        {
-            file.write_all(&chunk)
-                .await
-                .with_context(|| format!("writing {}", staged.display()))?;
-        }
-        file.flush().await?;
-        drop(file);
-        tokio::fs::rename(&staged, &target)
-            .await
-            .with_context(|| format!("renaming {}", staged.display()))?;
+        let what = format!("{}/{rel}", self.url);
+        fetch_object(
+            self.store.as_ref(),
+            &ObjectPath::from(rel),
+            &staged,
+            &target,
+            &what,
+        )
+        .await?;
         Ok(target)
     }
 
@@ -247,4 +233,37 @@ impl BucketBackup {
             .await?;
         Ok(name)
     }
+}
+
+/// Streams the object at `location` into `staged`, then renames it to `target`: a
+/// complete copy or none under the final name. `what` names the object in errors.
+pub async fn fetch_object(
+    store: &dyn ObjectStore,
+    location: &ObjectPath,
+    staged: &Path,
+    target: &Path,
+    what: &str,
+) -> Result<()> {
+    let mut file = tokio::fs::File::create(staged)
+        .await
+        .with_context(|| format!("creating {}", staged.display()))?;
+    let mut stream = store
+        .get(location)
+        .await
+        .with_context(|| format!("reading {what}"))?
+        .into_stream();
+    while let Some(chunk) = stream
+        .try_next()
+        .await
+        .with_context(|| format!("reading {what}"))?
+    {
+        file.write_all(&chunk)
+            .await
+            .with_context(|| format!("writing {}", staged.display()))?;
+    }
+    file.flush().await?;
+    drop(file);
+    tokio::fs::rename(staged, target)
+        .await
+        .with_context(|| format!("renaming {}", staged.display()))
 }

@@ -8,11 +8,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use futures::TryStreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::ObjectStoreExt;
 use sha2::{Digest, Sha256};
-use tokio::io::AsyncWriteExt;
 
 /// Longest one request to the bucket may take, retries included.
 const REQUEST_TIMEOUT_MS: u64 = 120_000;
@@ -66,28 +64,7 @@ pub(super) async fn local_copy(url: &str) -> Result<PathBuf> {
         .await
         .with_context(|| format!("creating {}", dir.display()))?;
     let staged = dir.join(format!(".{name}.part"));
-    let mut file = tokio::fs::File::create(&staged)
-        .await
-        .with_context(|| format!("creating {}", staged.display()))?;
-    let mut stream = store
-        .get(&location)
-        .await
-        .with_context(|| format!("{url}: cannot read the object"))?
-        .into_stream();
-    while let Some(chunk) = stream
-        .try_next()
-        .await
-        .with_context(|| format!("{url}: reading"))?
-    {
-        file.write_all(&chunk)
-            .await
-            .with_context(|| format!("writing {}", staged.display()))?;
-    }
-    file.flush().await?;
-    drop(file);
-    tokio::fs::rename(&staged, &copy)
-        .await
-        .with_context(|| format!("renaming {}", staged.display()))?;
+    crate::backup::bucket::fetch_object(store.as_ref(), &location, &staged, &copy, url).await?;
     eprintln!("{url}: downloaded {size} bytes to {}", copy.display());
     Ok(copy)
 }

@@ -469,6 +469,17 @@ def quiver_cli(args: list[str], env: dict[str, str]) -> tuple[int, str]:
     return out.returncode, out.stdout.decode(errors="replace")
 
 
+def aws_env(moto_port: int) -> dict[str, str]:
+    """The `AWS_*` variables a `quiver` command needs to reach moto directly."""
+    return {
+        "AWS_ACCESS_KEY_ID": KEYS["aws_access_key_id"],
+        "AWS_SECRET_ACCESS_KEY": KEYS["aws_secret_access_key"],
+        "AWS_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{moto_port}",
+        "AWS_ALLOW_HTTP": "true",
+    }
+
+
 def digest(node: Node) -> list:
     status, _, body = node.request(
         "GET", "/api/v1/cluster/digest", headers={"Authorization": f"Bearer {TOKEN}"}
@@ -482,13 +493,7 @@ def test_a_backup_in_a_bucket_is_incremental_and_restores_a_new_node(moto):
     what is new), then `quiver restore --from s3://...` into empty directories: the new
     node holds the same rows, flushed and not yet flushed, with the same digest."""
     moto_port, s3 = moto
-    aws = {
-        "AWS_ACCESS_KEY_ID": KEYS["aws_access_key_id"],
-        "AWS_SECRET_ACCESS_KEY": KEYS["aws_secret_access_key"],
-        "AWS_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{moto_port}",
-        "AWS_ALLOW_HTTP": "true",
-    }
+    aws = aws_env(moto_port)
     # No merges: the second backup must find the first one's files unchanged.
     quick_flush = {
         "QUIVER_STORAGE_FLUSH_AGE_MS": "300",
@@ -580,13 +585,7 @@ def test_import_reads_files_from_a_bucket_and_stores_them_once(moto):
     """`quiver import s3://bucket/key.lp ...`: the object's rows are stored, and an import
     run again (as after an interruption) stores none of them twice."""
     moto_port, s3 = moto
-    aws = {
-        "AWS_ACCESS_KEY_ID": KEYS["aws_access_key_id"],
-        "AWS_SECRET_ACCESS_KEY": KEYS["aws_secret_access_key"],
-        "AWS_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{moto_port}",
-        "AWS_ALLOW_HTTP": "true",
-    }
+    aws = aws_env(moto_port)
     workdir = Path(tempfile.mkdtemp(prefix="quiver-s3-import-"))
     key = f"history-{uuid.uuid4().hex[:6]}/cpu.lp"
     body = "\n".join(lines("cpu", 0, 30_000)) + "\n"

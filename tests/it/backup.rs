@@ -90,6 +90,16 @@ fn manifests(dir: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// The group numbers a manifest holds, in its order.
+fn group_ids(manifest: &Value) -> Vec<u64> {
+    manifest["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .map(|g| g["id"].as_u64().expect("id"))
+        .collect()
+}
+
 /// `/api/v1/cluster/digest` of `node`: per table, its partitions by hour.
 async fn digest(node: &Node) -> Vec<Value> {
     let r = node
@@ -359,12 +369,7 @@ async fn backup_of_three_data_groups_restores_every_group() {
     let backups = dir.path().join("backups");
     backup(&source, &backups);
     let manifest = &manifests(&backups)[0];
-    let groups: Vec<u64> = manifest["groups"]
-        .as_array()
-        .expect("groups")
-        .iter()
-        .map(|g| g["id"].as_u64().expect("id"))
-        .collect();
+    let groups = group_ids(manifest);
     assert_eq!(groups, vec![0, 1, 2, 3], "every group the node runs");
 
     // Restoring with another number of data groups is refused before anything is written.
@@ -431,12 +436,7 @@ async fn backup_of_a_cluster_with_placed_groups_takes_each_group_from_a_member()
         "a group taken from another node: {out}"
     );
     let manifest = &manifests(&backups)[0];
-    let groups: Vec<u64> = manifest["groups"]
-        .as_array()
-        .expect("groups")
-        .iter()
-        .map(|g| g["id"].as_u64().expect("id"))
-        .collect();
+    let groups = group_ids(manifest);
     assert_eq!(groups, vec![0, 1, 2, 3], "every group of the cluster");
 
     let restored_spec = spec_in(&dir.path().join("restored")).with("QUIVER_CLUSTER_DATA_GROUPS", 3);
