@@ -52,7 +52,7 @@ const FORWARD_MARGIN_MS: u64 = 2_000;
 /// Least time a follower waits to apply a write it forwarded, even past the deadline.
 const APPLY_WAIT_MS_MIN: u64 = 100;
 /// Deadline of membership changes (a learner may need a snapshot first).
-const MEMBERSHIP_TIMEOUT_MS: u64 = 120_000;
+pub const MEMBERSHIP_TIMEOUT_MS: u64 = 120_000;
 /// Where a peer's [`PeerState`] is read.
 pub const PEER_STATE_PATH: &str = "/internal/state";
 /// How long a starting node waits for a peer's state.
@@ -124,7 +124,7 @@ impl RaftNode {
         // The barrier learns the log's end after each AppendEntries, from metrics that
         // may lag the append they follow; with no later AppendEntries (the leader gone)
         // it would wait forever for a log it already has.
-        self.open_barrier_if_caught_up();
+        self.open_barrier_if_caught_up(None);
         match self.barrier.refusal_for(request.last_log_id.as_ref()) {
             Some(reason) => {
                 metrics::counter!("quiver_votes_refused_total").increment(1);
@@ -165,7 +165,29 @@ impl RaftNode {
                 "refused a snapshot from a stale leader (a peer holds a newer vote)");
             return Ok(InstallSnapshotResponse { vote: floor });
         }
-        self.raft.install_snapshot(request).await
+        let leader_vote = request.vote;
+        let last_chunk = request.done;
+        let snapshot_last = request.meta.last_log_id;
+        let response = self.raft.install_snapshot(request).await;
+        if let Ok(answer) = &response {
+            if last_chunk && answer.vote == leader_vote {
+                // A snapshot holds committed entries only: when its last one is of the
+                // sending leader's term, it is a commit index of the leader's own term,
+                // now held here, exactly what the vote barrier waits for. Without this a
+                // node that caught up by snapshot and crashed before the next
+                // AppendEntries kept its barrier closed, and with a second node restored
+                // from an old copy no leader could be elected (simulation seed 124).
+                let commit = snapshot_last.map(|l| (l.leader_id.term, l.index));
+                if let Err(e) = self
+                    .barrier
+                    .observe_leader_commit(leader_vote.leader_id().term, commit)
+                {
+                    tracing::warn!(error = %e, "cannot record the vote barrier's target");
+                }
+                self.open_barrier_if_caught_up(snapshot_last.map(|l| l.index));
+            }
+        }
+        response
     }
 
     /// Takes an AppendEntries from the leader (the `/internal/raft/append` handler): the
@@ -187,16 +209,26 @@ impl RaftNode {
         {
             tracing::warn!(error = %e, "cannot record the vote barrier's target");
         }
+        // Openraft answers Success only once the entries are flushed, so the log then
+        // reaches the request's last entry even while the metrics lag behind.
+        let sent_up_to = request
+            .entries
+            .last()
+            .map(|e| e.log_id.index)
+            .or(request.prev_log_id.map(|l| l.index));
         let response = self.raft.append_entries(request).await;
-        if response.is_ok() {
-            self.open_barrier_if_caught_up();
+        if matches!(response, Ok(AppendEntriesResponse::Success)) {
+            self.open_barrier_if_caught_up(sent_up_to);
+        } else if response.is_ok() {
+            self.open_barrier_if_caught_up(None);
         }
         response
     }
 
-    /// Opens the vote barrier once the log has reached the index a leader named.
-    fn open_barrier_if_caught_up(&self) {
-        let last = self.raft.metrics().borrow().last_log_index;
+    /// Opens the vote barrier once the log has reached the index a leader named
+    /// (`held`: an index the log is known to reach beyond what the metrics say).
+    fn open_barrier_if_caught_up(&self, held: Option<u64>) {
+        let last = self.raft.metrics().borrow().last_log_index.max(held);
         match self.barrier.observe_log(last) {
             Ok(true) => {
                 stand_for_election_when_allowed(&self.raft, &self.barrier, &self.refusing_entries);

@@ -740,7 +740,13 @@ impl Sim {
     /// Every node runs and is ready, one leads, and all have applied its whole log.
     fn converged(&self) -> bool {
         let nodes: Vec<_> = self.nodes.iter().filter_map(|n| n.node()).collect();
-        if nodes.len() as u64 != NODES || nodes.iter().any(|n| n.unready_reason().is_some()) {
+        // A checkpoint brings every node back as a full voter (the plan allows one lost
+        // disk per window on that basis): a barrier still closed is not converged.
+        if nodes.len() as u64 != NODES
+            || nodes
+                .iter()
+                .any(|n| n.unready_reason().is_some() || n.vote_withheld())
+        {
             return false;
         }
         let Some(leader) = nodes.iter().find(|n| n.is_leader()) else {
