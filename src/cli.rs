@@ -210,4 +210,32 @@ pub enum ClusterCommand {
         #[arg(long = "node-id", required = true)]
         node_ids: Vec<u64>,
     },
+    /// Move a data group's replica from one node to another, with its files; returns
+    /// once the new replica votes and the old one has left. Ask again to finish a move
+    /// that failed part way.
+    Move {
+        #[command(flatten)]
+        target: ClusterTarget,
+        /// The data group.
+        #[arg(long)]
+        group: u32,
+        /// The node giving up its replica.
+        #[arg(long)]
+        from: u64,
+        /// The node taking it.
+        #[arg(long)]
+        to: u64,
+    },
+    /// Move replicas from the nodes holding most to those holding fewest until no two
+    /// differ by more than one (after a node was added).
+    Rebalance(ClusterTarget),
+    /// Move every data group replica off a node (before removing it), one at a time,
+    /// to the nodes holding fewest.
+    Drain {
+        #[command(flatten)]
+        target: ClusterTarget,
+        /// The node to empty.
+        #[arg(long)]
+        node_id: u64,
+    },
 }

@@ -9,7 +9,7 @@ use crate::cli::ClusterCommand;
 /// Runs one cluster command and prints the node's JSON answer.
 pub async fn run(command: ClusterCommand) -> Result<()> {
     let (target, path, body) = match command {
-        ClusterCommand::Status(target) => (target, "status", None),
+        ClusterCommand::Status(target) => (target, "status".to_string(), None),
         ClusterCommand::Groups { target, json } => return groups(&target, json).await,
         ClusterCommand::AddLearner {
             target,
@@ -17,15 +17,35 @@ pub async fn run(command: ClusterCommand) -> Result<()> {
             addr,
         } => (
             target,
-            "add-learner",
+            "add-learner".to_string(),
             Some(json!({"node_id": node_id, "addr": addr})),
         ),
-        ClusterCommand::Promote { target, node_ids } => {
-            (target, "promote", Some(json!({"node_ids": node_ids})))
-        }
-        ClusterCommand::Remove { target, node_ids } => {
-            (target, "remove", Some(json!({"node_ids": node_ids})))
-        }
+        ClusterCommand::Promote { target, node_ids } => (
+            target,
+            "promote".to_string(),
+            Some(json!({"node_ids": node_ids})),
+        ),
+        ClusterCommand::Remove { target, node_ids } => (
+            target,
+            "remove".to_string(),
+            Some(json!({"node_ids": node_ids})),
+        ),
+        ClusterCommand::Move {
+            target,
+            group,
+            from,
+            to,
+        } => (
+            target,
+            format!("groups/{group}/move"),
+            Some(json!({"from": from, "to": to})),
+        ),
+        ClusterCommand::Rebalance(target) => (target, "rebalance".to_string(), Some(json!({}))),
+        ClusterCommand::Drain { target, node_id } => (
+            target,
+            "drain".to_string(),
+            Some(json!({"node_id": node_id})),
+        ),
     };
     let call = match body {
         Some(body) => Call::Post(body),

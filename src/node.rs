@@ -1,6 +1,7 @@
 //! `quiver serve`: builds storage → Raft → query engine → HTTP, runs until SIGTERM or
 //! Ctrl-C, then stops accepting, finishes in-flight requests and exits cleanly.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -50,13 +51,13 @@ pub async fn serve(config: Config) -> Result<()> {
     let _dir_locks = crate::dir_lock::lock_dirs(&data_dir, &config.wal_dir())?;
     let peers = config.peers()?;
     let data_groups = data_groups_of(&config)?;
-    let group_start = GroupStart {
-        config: &config,
-        peers: &peers,
-        peer_tls: &peer_tls,
+    let group_start = Arc::new(GroupStart {
+        config: config.clone(),
+        peers: peers.clone(),
+        peer_tls: peer_tls.clone(),
         sync,
         data_groups,
-    };
+    });
     let mut background = Vec::new();
     let first = group_start
         .start(FIRST_GROUP, &peers, &mut background)
@@ -67,12 +68,32 @@ pub async fn serve(config: Config) -> Result<()> {
         data_groups,
         !first.storage.databases().is_empty(),
     )?;
-    let data = if data_groups > 1 {
-        start_data_groups(&group_start, &mut background).await?
+    let (data, data_duties) = if data_groups > 1 {
+        start_data_groups(&group_start).await?
     } else {
-        Vec::new()
+        Default::default()
     };
     let groups = Groups::new(first, data);
+    let mover = if groups.is_sharded() {
+        let mover = Arc::new(crate::groups::moves::Mover::new(
+            groups.clone(),
+            Arc::new(RuntimeStarter(Arc::clone(&group_start))),
+            quiver_raft::PeerClient::new(&config.cluster.secret, &peer_tls)
+                .context("the client for moving group replicas")?,
+            crate::groups::moves::MoverPlace {
+                node_id: config.cluster.node_id,
+                data_dir: data_dir.clone(),
+                wal_dir: config.wal_dir(),
+                timeout: remote_timeout(&config),
+            },
+            data_duties,
+        ));
+        background.push(tokio::spawn(tend_moves(Arc::clone(&mover))));
+        background.push(tokio::spawn(keep_remote_groups(groups.clone())));
+        Some(mover)
+    } else {
+        None
+    };
     let node = groups.first().node.clone();
     let storage = groups.first().storage.clone();
     let auth = if config.auth.enabled {
@@ -132,6 +153,7 @@ pub async fn serve(config: Config) -> Result<()> {
         node: node.clone(),
         storage: storage.clone(),
         groups: groups.clone(),
+        mover,
         query,
         auth,
         write_permits: Arc::new(Semaphore::new(config.http.writes_in_flight_max)),
@@ -247,7 +269,7 @@ pub async fn serve(config: Config) -> Result<()> {
         anyhow::bail!("raft stopped: {reason}; exiting so that the supervisor restarts the node");
     }
     tracing::info!("stopping: in-flight requests finished");
-    for group in groups.all() {
+    for group in groups.all_running() {
         group.node.shutdown().await;
     }
     Ok(())
@@ -269,14 +291,20 @@ fn data_groups_of(config: &Config) -> Result<usize> {
     Ok(groups)
 }
 
-/// Starts the data groups this node is a member of (placement decides, from the
-/// node ids of `cluster.peers` and `cluster.replication`) and knows the others by
-/// their members.
+/// Starts the data groups this node is a member of and knows the others by their
+/// members. A group's members are those last recorded (`groups/members.json`, kept as
+/// replicas move) or, for a group never recorded, placement's (from the node ids of
+/// `cluster.peers` and `cluster.replication`). A group whose directory is here but
+/// that does not list this node among its voters is one this node was taking a replica
+/// of: it starts waiting to be added.
+#[allow(clippy::type_complexity)] // the groups, and each one's background duties
 async fn start_data_groups(
-    start: &GroupStart<'_>,
-    background: &mut Vec<tokio::task::JoinHandle<()>>,
-) -> Result<Vec<DataGroup>> {
-    let config = start.config;
+    start: &GroupStart,
+) -> Result<(
+    Vec<DataGroup>,
+    BTreeMap<GroupId, Vec<tokio::task::JoinHandle<()>>>,
+)> {
+    let config = &start.config;
     let mut nodes: Vec<u64> = start.peers.iter().map(|(id, _)| *id).collect();
     if nodes.is_empty() {
         nodes.push(config.cluster.node_id);
@@ -285,32 +313,60 @@ async fn start_data_groups(
     nodes.dedup();
     let replication = config.cluster.replication.min(nodes.len());
     crate::groups::check_placement(&config.storage.dir, replication, &nodes)?;
-    let client = quiver_raft::PeerClient::new(&config.cluster.secret, start.peer_tls)
+    let recorded = crate::groups::members_cache::load(&config.storage.dir)?;
+    for dir in [
+        config.storage.dir.join("groups"),
+        config.wal_dir().join("groups"),
+    ] {
+        crate::groups::moves::remove_leftovers(&dir);
+    }
+    let client = quiver_raft::PeerClient::new(&config.cluster.secret, &start.peer_tls)
         .context("the client for other nodes' groups")?;
-    let timeout = std::time::Duration::from_millis(
-        config.http.write_timeout_ms.max(config.query.timeout_ms) + REMOTE_MARGIN_MS,
-    );
+    let timeout = remote_timeout(config);
+    let me = config.cluster.node_id;
     let mut data = Vec::new();
+    let mut duties = BTreeMap::new();
     let mut held = Vec::new();
     for id in 1..=start.data_groups {
         let group = u32::try_from(id).context("cluster.data_groups")?;
-        let member_ids = placement::members(group, &nodes, replication);
-        let members: Vec<(u64, String)> = start
-            .peers
-            .iter()
-            .filter(|(id, _)| member_ids.contains(id))
-            .cloned()
-            .collect();
-        if members.is_empty() || member_ids.contains(&config.cluster.node_id) {
+        let members: Vec<(u64, String)> = match recorded.get(&group) {
+            Some(members) => members.clone(),
+            None => {
+                let member_ids = placement::members(group, &nodes, replication);
+                start
+                    .peers
+                    .iter()
+                    .filter(|(id, _)| member_ids.contains(id))
+                    .cloned()
+                    .collect()
+            }
+        };
+        let member_here = members.is_empty() || members.iter().any(|(id, _)| *id == me);
+        let dirs = group_dirs(&config.storage.dir, &config.wal_dir(), group);
+        if member_here {
             let local = start
-                .start(group, &members, background)
+                .start(group, &members, duties.entry(group).or_default())
                 .await
                 .with_context(|| format!("starting data group {group}"))?;
             held.push(group);
             data.push(DataGroup::Local(local));
+            continue;
+        }
+        let remote = Arc::new(RemoteGroup::new(group, members.clone(), &client, timeout));
+        if dirs.wal.exists() {
+            tracing::info!(
+                group,
+                "this node was taking a replica of the group: waiting to be added"
+            );
+            let local = start
+                .start(group, &members, duties.entry(group).or_default())
+                .await
+                .with_context(|| format!("starting data group {group}"))?;
+            data.push(DataGroup::Joining {
+                group: local,
+                members: remote,
+            });
         } else {
-            let remote = Arc::new(RemoteGroup::new(group, members, &client, timeout));
-            background.push(tokio::spawn(keep_catalog(Arc::clone(&remote))));
             data.push(DataGroup::Remote(remote));
         }
     }
@@ -320,19 +376,64 @@ async fn start_data_groups(
         held = ?held,
         "rows are spread over the data groups by measurement"
     );
-    Ok(data)
+    Ok((data, duties))
+}
+
+/// How long a call to another node's group may take.
+fn remote_timeout(config: &Config) -> std::time::Duration {
+    std::time::Duration::from_millis(
+        config.http.write_timeout_ms.max(config.query.timeout_ms) + REMOTE_MARGIN_MS,
+    )
+}
+
+/// Starts groups for replicas moved here at run time ([`crate::groups::moves`]).
+struct RuntimeStarter(Arc<GroupStart>);
+
+impl crate::groups::moves::GroupStarter for RuntimeStarter {
+    fn start(
+        &self,
+        id: GroupId,
+        members: Vec<(u64, String)>,
+    ) -> futures::future::BoxFuture<'_, Result<(Group, Vec<tokio::task::JoinHandle<()>>)>> {
+        Box::pin(async move {
+            let mut duties = Vec::new();
+            let group = self.0.start(id, &members, &mut duties).await?;
+            Ok((group, duties))
+        })
+    }
+}
+
+/// How often a node looks whether a group it is taking a replica of made it a voter,
+/// and whether it was removed from a group it runs.
+const MOVES_CHECK_MS: u64 = 250;
+
+/// Makes the groups this node took replicas of voters here once Raft says they are, and
+/// retires the groups it was removed from while it was not told (it was down).
+async fn tend_moves(mover: Arc<crate::groups::moves::Mover>) {
+    loop {
+        mover.promote_joined();
+        mover.retire_if_removed().await;
+        tokio::time::sleep(std::time::Duration::from_millis(MOVES_CHECK_MS)).await;
+    }
 }
 
 /// Added to the longest request deadline for calls to another node's group.
 const REMOTE_MARGIN_MS: u64 = 5_000;
 
-/// Keeps the list of a remote group's tables fresh (names for catalogs and
-/// `SHOW TABLES`; the tables themselves are always read from a member).
-async fn keep_catalog(group: Arc<RemoteGroup>) {
+/// Keeps the members of the groups other nodes hold (a replica may have moved) and
+/// the lists of their tables (names for catalogs and `SHOW TABLES`; the tables
+/// themselves are always read from a member) fresh, whichever groups those are now.
+async fn keep_remote_groups(groups: Groups) {
     loop {
-        if let Err(e) = group.refresh_catalog().await {
-            tracing::debug!(group = group.id(), error = %e, "cannot list the group's tables");
-        }
+        futures::future::join_all(groups.remote().into_iter().map(|group| async move {
+            if let Err(e) = group.refresh_members().await {
+                tracing::debug!(group = group.id(), error = %e, "cannot ask the group's members who they are");
+            }
+            if let Err(e) = group.refresh_catalog().await {
+                tracing::debug!(group = group.id(), error = %e, "cannot list the group's tables");
+            }
+        }))
+        .await;
         tokio::time::sleep(std::time::Duration::from_millis(
             crate::groups::remote::CATALOG_REFRESH_MS,
         ))
@@ -341,15 +442,15 @@ async fn keep_catalog(group: Arc<RemoteGroup>) {
 }
 
 /// What starting one group needs from the node's settings.
-struct GroupStart<'a> {
-    config: &'a Config,
-    peers: &'a [(u64, String)],
-    peer_tls: &'a PeerTls,
+struct GroupStart {
+    config: Config,
+    peers: Vec<(u64, String)>,
+    peer_tls: PeerTls,
     sync: quiver_wal::SyncMode,
     data_groups: usize,
 }
 
-impl GroupStart<'_> {
+impl GroupStart {
     /// Opens the group's storage and log in its directories, starts its Raft instance
     /// and background duties (pushed onto `background`).
     /// `members` are the group's voters (id, address): every node for the first group.
@@ -359,7 +460,7 @@ impl GroupStart<'_> {
         members: &[(u64, String)],
         background: &mut Vec<tokio::task::JoinHandle<()>>,
     ) -> Result<Group> {
-        let config = self.config;
+        let config = &self.config;
         let dirs = group_dirs(&config.storage.dir, &config.wal_dir(), id);
         let clustered = members.len() > 1;
         // The newest snapshot says which Parquet files are live; read it before storage.

@@ -90,7 +90,7 @@ pub fn refresh_gauges(app: &AppState) {
         0.0
     });
     for group in app.groups.all() {
-        group_raft_gauges(group);
+        group_raft_gauges(&group);
     }
 }
 

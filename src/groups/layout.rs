@@ -74,10 +74,10 @@ pub fn check_layout(data_dir: &Path, data_groups: usize, first_holds_rows: bool)
 const PLACEMENT_FILE: &str = "placement";
 
 /// Refuses a start whose placement inputs (`cluster.replication` and the node ids of
-/// `cluster.peers`) differ from those the node's groups were placed by: other inputs
-/// name other members for groups that already hold rows, and moving replicas is not
-/// built yet. Records them on the first start. Only a node with several data groups
-/// places them.
+/// `cluster.peers`) differ from those the node's groups were placed by: they name the
+/// groups' first members, which a node falls back to for a group whose members it has
+/// not recorded (replicas move with `quiver cluster move`, not by changing these).
+/// Records them on the first start. Only a node with several data groups places them.
 pub fn check_placement(data_dir: &Path, replication: usize, nodes: &[u64]) -> Result<()> {
     let file = data_dir.join(PLACEMENT_FILE);
     let ids: Vec<String> = nodes.iter().map(u64::to_string).collect();
@@ -85,7 +85,10 @@ pub fn check_placement(data_dir: &Path, replication: usize, nodes: &[u64]) -> Re
     match std::fs::read_to_string(&file) {
         Ok(text) if text.trim() == now => Ok(()),
         Ok(text) => bail!(
-            "this node's data groups were placed with {} (recorded in {}), but it starts with              {now}: each data group's members follow from these, and moving group replicas              between nodes is not built yet. Start with the recorded cluster.replication and              cluster.peers",
+            "this node's data groups were placed with {} (recorded in {}), but it starts with \
+             {now}: each data group's first members follow from these. Start with the \
+             recorded cluster.replication and cluster.peers, and move replicas with quiver \
+             cluster move, drain or rebalance",
             text.trim(),
             file.display()
         ),
@@ -99,7 +102,7 @@ pub fn check_placement(data_dir: &Path, replication: usize, nodes: &[u64]) -> Re
 }
 
 /// Writes `text` to `file` durably (temporary file, fsync, rename, directory fsync).
-fn write_synced(file: &Path, text: &str) -> Result<()> {
+pub(super) fn write_synced(file: &Path, text: &str) -> Result<()> {
     use std::io::Write;
     let tmp = file.with_extension("tmp");
     let mut f =

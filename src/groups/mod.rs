@@ -10,11 +10,15 @@
 //! groups it is a member of and reaches the others through their members
 //! ([`RemoteGroup`]).
 //!
-//! What is not built yet (docs/ARCHITECTURE.md, "Groups"): moving replicas between
-//! nodes, a number of data groups that changes once a node holds data, and continuous
-//! queries with more than one data group.
+//! Replicas move between nodes ([`moves`]): the members of a data group are its own
+//! Raft membership, which other nodes learn from its members. What is not built yet
+//! (docs/ARCHITECTURE.md, "Groups"): placement that moves replicas by itself, a number
+//! of data groups that changes once a node holds data, and continuous queries with
+//! more than one data group.
 
 mod layout;
+pub mod members_cache;
+pub mod moves;
 mod peer_store;
 pub mod placement;
 pub mod remote;
@@ -23,6 +27,7 @@ mod source;
 
 use std::sync::Arc;
 
+use parking_lot::RwLock;
 use quiver_raft::{GroupId, RaftNode, FIRST_GROUP};
 use quiver_storage::Storage;
 
@@ -42,35 +47,63 @@ pub struct Group {
     pub storage: Arc<Storage>,
 }
 
-/// A data group as this node knows it: run here, or held by other nodes.
+/// A data group as this node knows it: run here, being copied here, or held by other
+/// nodes. Changes as replicas move ([`moves`]).
 #[derive(Clone)]
-#[allow(clippy::large_enum_variant)] // one per group, made once at start
+#[allow(clippy::large_enum_variant)] // one per group
 pub enum DataGroup {
-    /// This node is a member.
+    /// This node is a voter.
     Local(Group),
+    /// This node runs the group as a learner catching up before it becomes a voter: its
+    /// Raft answers the leader, while rows and reads still go to the members.
+    Joining {
+        /// The group as it runs here.
+        group: Group,
+        /// The members, where rows and reads go meanwhile.
+        members: Arc<RemoteGroup>,
+    },
     /// Other nodes are its members.
     Remote(Arc<RemoteGroup>),
 }
 
 impl DataGroup {
-    fn route(&self) -> Route<'_> {
+    fn route(&self) -> Route {
         match self {
-            DataGroup::Local(g) => Route::Local(g),
-            DataGroup::Remote(r) => Route::Remote(r),
+            DataGroup::Local(g) => Route::Local(g.clone()),
+            DataGroup::Joining { members, .. } | DataGroup::Remote(members) => {
+                Route::Remote(Arc::clone(members))
+            }
+        }
+    }
+
+    /// The group's number.
+    pub fn id(&self) -> GroupId {
+        match self {
+            DataGroup::Local(g) | DataGroup::Joining { group: g, .. } => g.id,
+            DataGroup::Remote(r) => r.id(),
+        }
+    }
+
+    /// The group as it runs on this node (a voter or a learner catching up).
+    pub fn running(&self) -> Option<&Group> {
+        match self {
+            DataGroup::Local(g) | DataGroup::Joining { group: g, .. } => Some(g),
+            DataGroup::Remote(_) => None,
         }
     }
 }
 
 /// Where a shard's group is: here, or on other nodes.
-#[derive(Clone, Copy)]
-pub enum Route<'a> {
+#[derive(Clone)]
+#[allow(clippy::large_enum_variant)] // a few per request, moved, never stored in bulk
+pub enum Route {
     /// A group this node runs.
-    Local(&'a Group),
+    Local(Group),
     /// A group held by other nodes.
-    Remote(&'a Arc<RemoteGroup>),
+    Remote(Arc<RemoteGroup>),
 }
 
-impl Route<'_> {
+impl Route {
     /// The group's number.
     pub fn id(&self) -> GroupId {
         match self {
@@ -80,14 +113,15 @@ impl Route<'_> {
     }
 }
 
-/// Every group of the cluster, as this node reaches it.
+/// Every group of the cluster, as this node reaches it. Clones share the data groups'
+/// list, so a replica moved here or away is seen by every holder at once.
 #[derive(Clone)]
 pub struct Groups {
     /// The first group (metadata; with one data group, also the data). Every node runs
     /// it.
     first: Group,
     /// The data groups `1..=G` when there are several; empty with one.
-    data: Vec<DataGroup>,
+    data: Arc<RwLock<Vec<DataGroup>>>,
 }
 
 impl Groups {
@@ -98,8 +132,11 @@ impl Groups {
         debug_assert!(data
             .iter()
             .enumerate()
-            .all(|(i, g)| g.route().id() as usize == i + 1));
-        Groups { first, data }
+            .all(|(i, g)| g.id() as usize == i + 1));
+        Groups {
+            first,
+            data: Arc::new(RwLock::new(data)),
+        }
     }
 
     /// The first group (tokens, policies, cluster membership).
@@ -107,60 +144,109 @@ impl Groups {
         &self.first
     }
 
-    /// The group numbered `id`, if this node runs it.
-    pub fn get(&self, id: GroupId) -> Option<&Group> {
+    /// The group numbered `id`, if this node runs it as a voter.
+    pub fn get(&self, id: GroupId) -> Option<Group> {
         if id == FIRST_GROUP {
-            return Some(&self.first);
+            return Some(self.first.clone());
         }
-        match self.data.get((id as usize).checked_sub(1)?)? {
-            DataGroup::Local(g) => Some(g),
-            DataGroup::Remote(_) => None,
+        match self.data.read().get((id as usize).checked_sub(1)?)? {
+            DataGroup::Local(g) => Some(g.clone()),
+            _ => None,
         }
     }
 
-    /// Every group this node runs, the first one first.
-    pub fn all(&self) -> impl Iterator<Item = &Group> {
-        std::iter::once(&self.first).chain(self.local_data())
+    /// The group numbered `id` if its Raft runs here, as a voter or as a learner
+    /// catching up (what the group's internal Raft routes answer for).
+    pub fn running(&self, id: GroupId) -> Option<Group> {
+        if id == FIRST_GROUP {
+            return Some(self.first.clone());
+        }
+        self.data
+            .read()
+            .get((id as usize).checked_sub(1)?)?
+            .running()
+            .cloned()
     }
 
-    fn local_data(&self) -> impl Iterator<Item = &Group> {
-        self.data.iter().filter_map(|g| match g {
-            DataGroup::Local(g) => Some(g),
-            DataGroup::Remote(_) => None,
-        })
+    /// The data group numbered `id` as this node knows it.
+    pub fn data_group(&self, id: GroupId) -> Option<DataGroup> {
+        self.data.read().get((id as usize).checked_sub(1)?).cloned()
     }
 
-    /// The data groups other nodes hold.
-    pub fn remote(&self) -> impl Iterator<Item = &Arc<RemoteGroup>> {
-        self.data.iter().filter_map(|g| match g {
-            DataGroup::Remote(r) => Some(r),
-            DataGroup::Local(_) => None,
-        })
+    /// Replaces what this node knows of data group `group.id()` (a replica moved here
+    /// or away). Returns the previous state.
+    pub fn replace(&self, group: DataGroup) -> Option<DataGroup> {
+        let index = (group.id() as usize).checked_sub(1)?;
+        let mut data = self.data.write();
+        let slot = data.get_mut(index)?;
+        Some(std::mem::replace(slot, group))
+    }
+
+    /// The number of data groups (0 with one, which the first group holds).
+    pub fn data_count(&self) -> usize {
+        self.data.read().len()
+    }
+
+    /// Every group this node runs as a voter, the first one first.
+    pub fn all(&self) -> Vec<Group> {
+        std::iter::once(self.first.clone())
+            .chain(self.local_data())
+            .collect()
+    }
+
+    /// Every group whose Raft runs here, learners catching up included (what must be
+    /// shut down, and whose failure stops the node).
+    pub fn all_running(&self) -> Vec<Group> {
+        let data = self.data.read();
+        std::iter::once(self.first.clone())
+            .chain(data.iter().filter_map(|g| g.running().cloned()))
+            .collect()
+    }
+
+    fn local_data(&self) -> Vec<Group> {
+        self.data
+            .read()
+            .iter()
+            .filter_map(|g| match g {
+                DataGroup::Local(g) => Some(g.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The data groups other nodes hold (those still being copied here included).
+    pub fn remote(&self) -> Vec<Arc<RemoteGroup>> {
+        self.data
+            .read()
+            .iter()
+            .filter_map(|g| match g {
+                DataGroup::Remote(r) | DataGroup::Joining { members: r, .. } => Some(Arc::clone(r)),
+                DataGroup::Local(_) => None,
+            })
+            .collect()
     }
 
     /// Every data group (every group, with one), here or elsewhere, in order.
-    pub fn routes(&self) -> Vec<Route<'_>> {
-        if self.data.is_empty() {
-            return vec![Route::Local(&self.first)];
+    pub fn routes(&self) -> Vec<Route> {
+        let data = self.data.read();
+        if data.is_empty() {
+            return vec![Route::Local(self.first.clone())];
         }
-        self.data.iter().map(DataGroup::route).collect()
+        data.iter().map(DataGroup::route).collect()
     }
 
     /// The groups this node runs that hold rows: its data groups, or the first group
     /// when it is the only one.
-    pub fn holding_rows(&self) -> impl Iterator<Item = &Group> {
-        let only_first = self.data.is_empty().then_some(&self.first);
-        only_first.into_iter().chain(self.local_data())
+    pub fn holding_rows(&self) -> Vec<Group> {
+        if !self.is_sharded() {
+            return vec![self.first.clone()];
+        }
+        self.local_data()
     }
 
     /// Whether rows are spread over several data groups.
     pub fn is_sharded(&self) -> bool {
-        !self.data.is_empty()
-    }
-
-    /// Whether some data group lives on other nodes only.
-    pub fn is_placed(&self) -> bool {
-        self.remote().next().is_some()
+        !self.data.read().is_empty()
     }
 
     /// Every table of the groups this node runs that hold rows (each table is in one
@@ -168,6 +254,7 @@ impl Groups {
     pub fn summaries(&self, database: Option<&str>) -> Vec<quiver_storage::TableSummary> {
         let mut all: Vec<quiver_storage::TableSummary> = self
             .holding_rows()
+            .iter()
             .flat_map(|g| g.storage.summaries(database))
             .collect();
         if self.is_sharded() {
@@ -183,7 +270,7 @@ impl Groups {
         database: Option<&str>,
     ) -> Vec<quiver_storage::TableSummary> {
         let mut all = self.summaries(database);
-        let listings = futures::future::join_all(self.remote().map(|r| async move {
+        let listings = futures::future::join_all(self.remote().into_iter().map(|r| async move {
             match r.refresh_catalog().await {
                 Ok(listing) => listing,
                 Err(e) => {
@@ -216,13 +303,14 @@ impl Groups {
 
     /// The fatal error that stopped some group's Raft, if one did: the node exits.
     pub fn fatal(&self) -> Option<String> {
-        self.all()
+        self.all_running()
+            .iter()
             .find_map(|g| g.node.fatal().map(|why| self.name_group(g.id, why)))
     }
 
     /// Why some group cannot serve writes now (see `RaftNode::unready_reason`).
     pub fn unready_reason(&self) -> Option<String> {
-        self.all().find_map(|g| {
+        self.all().iter().find_map(|g| {
             g.node
                 .unready_reason()
                 .map(|why| self.name_group(g.id, why))
@@ -231,7 +319,7 @@ impl Groups {
 
     /// Why segments of some group have failed to be written for `after`.
     pub fn flush_failing(&self, after: std::time::Duration) -> Option<String> {
-        self.holding_rows().find_map(|g| {
+        self.holding_rows().iter().find_map(|g| {
             g.storage
                 .flush_failing(after)
                 .map(|why| self.name_group(g.id, why))
@@ -251,9 +339,10 @@ impl Groups {
     /// go to) has applied, in every group holding rows, everything committed there
     /// when the call began (a linearizable read).
     pub async fn read_barrier(&self) -> Result<(), quiver_raft::WriteError> {
-        let local =
-            futures::future::try_join_all(self.holding_rows().map(|g| g.node.read_barrier()));
-        let remote = futures::future::try_join_all(self.remote().map(|r| r.read_barrier()));
+        let holding = self.holding_rows();
+        let remote = self.remote();
+        let local = futures::future::try_join_all(holding.iter().map(|g| g.node.read_barrier()));
+        let remote = futures::future::try_join_all(remote.iter().map(|r| r.read_barrier()));
         futures::future::try_join(local, remote).await.map(|_| ())
     }
 
@@ -295,26 +384,39 @@ impl Groups {
         database: &str,
         items: Vec<T>,
         measurement: impl Fn(&T) -> &str,
-    ) -> Vec<(Route<'_>, Vec<T>)> {
-        let mut parts: Vec<(Route<'_>, Vec<T>)> = Vec::new();
+    ) -> Vec<(Route, Vec<T>)> {
+        let mut parts: Vec<(Route, Vec<T>)> = Vec::new();
         for item in items {
-            let route = self.route(database, measurement(&item));
-            match parts.iter_mut().find(|(g, _)| g.id() == route.id()) {
+            let id = self.group_of(database, measurement(&item));
+            match parts.iter_mut().find(|(g, _)| g.id() == id) {
                 Some((_, list)) => list.push(item),
-                None => parts.push((route, vec![item])),
+                None => parts.push((self.route_to(id), vec![item])),
             }
         }
         parts.sort_by_key(|(g, _)| g.id());
         parts
     }
 
-    /// The group that holds `measurement` of `database`.
-    pub fn route(&self, database: &str, measurement: &str) -> Route<'_> {
-        if self.data.is_empty() {
-            return Route::Local(&self.first);
+    /// The number of the group that holds `measurement` of `database`.
+    pub fn group_of(&self, database: &str, measurement: &str) -> GroupId {
+        let count = self.data_count();
+        if count == 0 {
+            return FIRST_GROUP;
         }
-        let index = shard_hash(database, measurement) % self.data.len() as u64;
-        self.data[index as usize].route()
+        (shard_hash(database, measurement) % count as u64) as GroupId + 1
+    }
+
+    /// The group that holds `measurement` of `database`.
+    pub fn route(&self, database: &str, measurement: &str) -> Route {
+        self.route_to(self.group_of(database, measurement))
+    }
+
+    /// Where group `id` is (the first group for an unknown number).
+    fn route_to(&self, id: GroupId) -> Route {
+        match self.data_group(id) {
+            Some(g) => g.route(),
+            None => Route::Local(self.first.clone()),
+        }
     }
 }
 

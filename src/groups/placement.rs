@@ -8,7 +8,8 @@
 //! down. The inputs are
 //! recorded at the first start and a start with others is refused
 //! ([`super::layout`]), since other inputs would name other members for groups that
-//! hold rows. Moving replicas (a node added, drained or lost) is not built yet.
+//! hold rows. These are a group's first members: replicas then move
+//! ([`super::moves`]), and a node prefers the members it last learned.
 
 use quiver_raft::{GroupId, FIRST_GROUP};
 

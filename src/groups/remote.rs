@@ -3,7 +3,7 @@
 //! snapshots, file ranges, the list of its tables) is asked of a member over the
 //! peers' `/internal/groups/{group}/...` routes (`src/http/remote_group.rs` answers).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use arrow::datatypes::SchemaRef;
@@ -92,12 +92,13 @@ pub struct RangeAnswer {
 /// A data group held by other nodes.
 pub struct RemoteGroup {
     id: GroupId,
-    /// Its members (id, address), in id order.
-    members: Vec<(u64, String)>,
+    /// Its members (id, address), in id order: from placement at start, then from
+    /// what a member says (the group's own Raft membership) as replicas move.
+    members: RwLock<Vec<(u64, String)>>,
     client: PeerClient,
-    /// The member asked first: the last one that answered, so a read barrier and the
-    /// snapshots after it go to the same member.
-    preferred: AtomicUsize,
+    /// The member asked first (its node id): the last one that answered, so a read
+    /// barrier and the snapshots after it go to the same member.
+    preferred: AtomicU64,
     /// The group's tables as last listed (for names; a table is read from a member).
     catalog: RwLock<Vec<TableListing>>,
     /// Longest wait for a member's answer.
@@ -124,9 +125,9 @@ impl RemoteGroup {
         debug_assert!(!members.is_empty());
         RemoteGroup {
             id,
-            members,
+            members: RwLock::new(members),
             client: client.for_group(id),
-            preferred: AtomicUsize::new(0),
+            preferred: AtomicU64::new(0),
             catalog: RwLock::new(Vec::new()),
             timeout,
         }
@@ -139,12 +140,72 @@ impl RemoteGroup {
 
     /// Its members' addresses (as peers reach them), in id order.
     pub fn member_addrs(&self) -> Vec<String> {
-        self.members.iter().map(|(_, addr)| addr.clone()).collect()
+        self.members
+            .read()
+            .iter()
+            .map(|(_, addr)| addr.clone())
+            .collect()
     }
 
     /// Its members' ids.
     pub fn member_ids(&self) -> Vec<u64> {
-        self.members.iter().map(|(id, _)| *id).collect()
+        self.members.read().iter().map(|(id, _)| *id).collect()
+    }
+
+    /// Its members (id, address), in id order.
+    pub fn members(&self) -> Vec<(u64, String)> {
+        self.members.read().clone()
+    }
+
+    /// The members, the preferred one first.
+    fn members_in_order(&self) -> Vec<(u64, String)> {
+        let mut members = self.members();
+        let preferred = self.preferred.load(Ordering::Relaxed);
+        if let Some(at) = members.iter().position(|(id, _)| *id == preferred) {
+            members.rotate_left(at);
+        }
+        members
+    }
+
+    /// Asks the members for the group's current voters (its Raft membership) and keeps
+    /// them: after a replica moved, rows and reads go to the new members. Returns the
+    /// members now known. A member that answers with no voters (it left the group, or
+    /// has not started) is passed over.
+    pub async fn refresh_members(&self) -> Result<Vec<(u64, String)>, PeerError> {
+        let mut last_error = None;
+        for (id, addr) in self.members_in_order() {
+            match self
+                .client
+                .get::<quiver_raft::PeerState>(&addr, quiver_raft::PEER_STATE_PATH, self.timeout)
+                .await
+            {
+                Ok(state) if state.members.iter().any(|(m, _)| *m == id) => {
+                    let mut members = state.members;
+                    members.sort_unstable();
+                    let mut known = self.members.write();
+                    if *known != members {
+                        tracing::info!(group = self.id, from = ?*known, to = ?members, "the group's members changed");
+                        known.clone_from(&members);
+                    }
+                    return Ok(members);
+                }
+                Ok(_) => {
+                    tracing::debug!(group = self.id, %addr, "not a voter of the group any more");
+                }
+                Err(e) => last_error = Some(e),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| PeerError::Refused {
+            addr: String::new(),
+            message: format!("no member of group {} is a voter of it", self.id),
+        }))
+    }
+
+    /// Sets the members (a move this node took part in knows them first).
+    pub fn set_members(&self, mut members: Vec<(u64, String)>) {
+        debug_assert!(!members.is_empty());
+        members.sort_unstable();
+        *self.members.write() = members;
     }
 
     /// Calls `path` on the preferred member, then the others as `retry` allows.
@@ -154,14 +215,11 @@ impl RemoteGroup {
         request: &Req,
         retry: Retry,
     ) -> Result<Resp, PeerError> {
-        let first = self.preferred.load(Ordering::Relaxed) % self.members.len();
         let mut last_error = None;
-        for step in 0..self.members.len() {
-            let index = (first + step) % self.members.len();
-            let addr = &self.members[index].1;
-            match self.client.call(addr, path, request, self.timeout).await {
+        for (id, addr) in self.members_in_order() {
+            match self.client.call(&addr, path, request, self.timeout).await {
                 Ok(answer) => {
-                    self.preferred.store(index, Ordering::Relaxed);
+                    self.preferred.store(id, Ordering::Relaxed);
                     return Ok(answer);
                 }
                 Err(e) if retry == Retry::Any || e.refused_before_acting() => {
@@ -277,10 +335,9 @@ impl RemoteGroup {
     /// The members' node ids, the one that answered this node last first: where a
     /// query sends a scan of this group.
     pub fn members_preferred(&self) -> Vec<u64> {
-        let count = self.members.len();
-        let first = self.preferred.load(Ordering::Relaxed) % count.max(1);
-        (0..count)
-            .map(|step| self.members[(first + step) % count].0)
+        self.members_in_order()
+            .into_iter()
+            .map(|(id, _)| id)
             .collect()
     }
 

@@ -2,7 +2,6 @@
 //! in group N's store. The query engine has one store per query runtime; a node with
 //! several groups hands it this one (see `SnapshotFiles::with_path_prefix`).
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -19,31 +18,45 @@ pub fn group_component(group: GroupId) -> String {
     format!("g{group}")
 }
 
+/// Which store holds a group's files now (a group's replica may move here or away
+/// while the node runs, so the store is looked up per read).
+pub type StoreOf = Arc<dyn Fn(GroupId) -> Option<Arc<dyn ObjectStore>> + Send + Sync>;
+
 /// Routes reads by the first path component to the group's own store.
-#[derive(Debug)]
 pub struct RoutingStore {
-    stores: BTreeMap<String, Arc<dyn ObjectStore>>,
+    store_of: StoreOf,
+}
+
+impl fmt::Debug for RoutingStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("RoutingStore")
+    }
 }
 
 impl RoutingStore {
-    /// A store over `groups`' stores.
-    pub fn new(groups: impl IntoIterator<Item = (GroupId, Arc<dyn ObjectStore>)>) -> Self {
-        RoutingStore {
-            stores: groups
-                .into_iter()
-                .map(|(id, store)| (group_component(id), store))
-                .collect(),
-        }
+    /// A store over the stores `store_of` names.
+    pub fn new(store_of: StoreOf) -> Self {
+        RoutingStore { store_of }
+    }
+
+    /// A store over a fixed set of groups' stores.
+    #[cfg(test)]
+    pub fn fixed(groups: impl IntoIterator<Item = (GroupId, Arc<dyn ObjectStore>)>) -> Self {
+        let stores: std::collections::BTreeMap<GroupId, Arc<dyn ObjectStore>> =
+            groups.into_iter().collect();
+        RoutingStore::new(Arc::new(move |id| stores.get(&id).cloned()))
     }
 
     /// The group's store and the path inside it.
-    fn route(&self, location: &Path) -> object_store::Result<(&Arc<dyn ObjectStore>, Path)> {
+    fn route(&self, location: &Path) -> object_store::Result<(Arc<dyn ObjectStore>, Path)> {
         let mut parts = location.parts();
         let first = parts.next().ok_or_else(|| not_found(location))?;
-        let store = self
-            .stores
-            .get(first.as_ref())
+        let group: GroupId = first
+            .as_ref()
+            .strip_prefix('g')
+            .and_then(|n| n.parse().ok())
             .ok_or_else(|| not_found(location))?;
+        let store = (self.store_of)(group).ok_or_else(|| not_found(location))?;
         Ok((store, Path::from_iter(parts)))
     }
 }
@@ -63,7 +76,7 @@ fn read_only() -> object_store::Error {
 
 impl fmt::Display for RoutingStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "RoutingStore({} groups)", self.stores.len())
+        f.write_str("RoutingStore(every group's files)")
     }
 }
 
@@ -152,7 +165,7 @@ mod tests {
         two.put(&same, PutPayload::from_static(b"two"))
             .await
             .expect("put");
-        let store = RoutingStore::new([(1, one), (2, two)]);
+        let store = RoutingStore::fixed([(1, one), (2, two)]);
         let read = |p: &'static str| {
             let store = &store;
             async move { store.get(&Path::from(p)).await?.bytes().await }

@@ -12,7 +12,7 @@ use futures::future::BoxFuture;
 
 use super::peer_store::PeerFileStore;
 use super::routing_store::{group_component, RoutingStore};
-use super::{Groups, Route};
+use super::{DataGroup, Groups, Route};
 
 /// A [`TableSource`] over every data group: those this node runs read here, the
 /// others from their members (snapshots and file ranges over the peers' routes).
@@ -24,14 +24,16 @@ pub struct GroupsSource {
 impl GroupsSource {
     /// The source over `groups`' data groups.
     pub fn new(groups: Groups) -> Self {
-        let local = groups
-            .holding_rows()
-            .map(|g| (g.id, g.storage.object_store()));
-        let remote = groups.remote().map(|r| {
-            let store: Arc<dyn ObjectStore> = Arc::new(PeerFileStore::new(Arc::clone(r)));
-            (r.id(), store)
-        });
-        let store = Arc::new(RoutingStore::new(local.chain(remote)));
+        let lookup = groups.clone();
+        let store = Arc::new(RoutingStore::new(Arc::new(move |id| {
+            match lookup.data_group(id)? {
+                DataGroup::Local(g) => Some(g.storage.object_store()),
+                DataGroup::Joining { members: r, .. } | DataGroup::Remote(r) => {
+                    let store: Arc<dyn ObjectStore> = Arc::new(PeerFileStore::new(r));
+                    Some(store)
+                }
+            }
+        })));
         GroupsSource { groups, store }
     }
 
@@ -113,7 +115,6 @@ impl TableSource for GroupsSource {
                 Box::pin(std::future::ready(Ok(snapshot)))
             }
             Route::Remote(remote) => {
-                let remote = Arc::clone(remote);
                 let (database, measurement) = (database.to_string(), measurement.to_string());
                 Box::pin(async move { remote.table(&database, &measurement).await })
             }
@@ -145,7 +146,6 @@ impl TableSource for GroupsSource {
                 Box::pin(std::future::ready(Ok(schema)))
             }
             Route::Remote(remote) => {
-                let remote = Arc::clone(remote);
                 let (database, measurement) = (database.to_string(), measurement.to_string());
                 Box::pin(async move { remote.schema(&database, &measurement).await })
             }

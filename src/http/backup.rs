@@ -49,7 +49,7 @@ fn admin(
 }
 
 fn group_of(app: &AppState, id: GroupId) -> Result<Group, ApiError> {
-    app.groups.get(id).cloned().ok_or_else(|| {
+    app.groups.get(id).ok_or_else(|| {
         ApiError::with_status(
             StatusCode::NOT_FOUND,
             format!("this node does not run group {id}"),
@@ -67,10 +67,11 @@ pub async fn describe(
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     admin(&app, &headers, &params)?;
-    let groups: Vec<GroupId> = app.groups.all().map(|g| g.id).collect();
+    let groups: Vec<GroupId> = app.groups.all().iter().map(|g| g.id).collect();
     let remote: Vec<Value> = app
         .groups
         .remote()
+        .iter()
         .map(|r| json!({"id": r.id(), "members": r.member_addrs()}))
         .collect();
     Ok(Json(json!({

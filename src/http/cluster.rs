@@ -98,6 +98,7 @@ pub async fn cluster_groups(
     let mut groups: Vec<Value> = app
         .groups
         .all()
+        .into_iter()
         .map(|g| {
             let m = g.node.raft.metrics().borrow().clone();
             let membership = m.membership_config.membership();
@@ -169,17 +170,35 @@ fn admin(
     Ok(())
 }
 
-/// Membership changes reach every group a node runs; with data groups placed on some
-/// nodes only, adding or removing a node means moving group replicas, which is not
-/// built yet: refused rather than leave groups with members placement does not name.
-fn refuse_when_placed(app: &AppState) -> Result<(), ApiError> {
-    if app.groups.is_placed() {
-        return Err(ApiError::with_status(
-            StatusCode::NOT_IMPLEMENTED,
-            "this cluster places its data groups on some nodes only (cluster.replication is \
-             less than the node count); adding or removing nodes moves group replicas, which \
-             is not built yet",
-        ));
+/// The groups a membership change applies to. With one data group that is the one
+/// group, as it always was. With several, a node joins or leaves the metadata group
+/// alone: data groups keep `cluster.replication` members, a new node gets replicas by
+/// `move` or `rebalance`, and a node leaving must hold none (`drain`).
+fn groups_changed(app: &AppState) -> Vec<crate::groups::Group> {
+    if app.mover.is_some() {
+        vec![app.groups.first().clone()]
+    } else {
+        app.groups.all()
+    }
+}
+
+/// Refuses to remove a node that still holds data group replicas (placed groups).
+fn refuse_removing_replicas(app: &AppState, remove: &BTreeSet<u64>) -> Result<(), ApiError> {
+    let Some(mover) = &app.mover else {
+        return Ok(());
+    };
+    for group in 1..=app.groups.data_count() as quiver_raft::GroupId {
+        let members: Vec<u64> = mover.members_of(group).iter().map(|(id, _)| *id).collect();
+        if let Some(node) = remove.iter().find(|n| members.contains(n)) {
+            return Err(ApiError::with_status(
+                StatusCode::CONFLICT,
+                format!(
+                    "node {node} still holds a replica of data group {group} (members \
+                     {members:?}): empty it first with quiver cluster drain --node-id {node} \
+                     (which needs a node outside the group to take the replica)"
+                ),
+            ));
+        }
     }
     Ok(())
 }
@@ -204,13 +223,11 @@ pub async fn cluster_add_learner(
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     admin(&app, &headers, &params)?;
-    refuse_when_placed(&app)?;
     let request: AddLearner = json_body(&body, r#"{"node_id": 4, "addr": "http://host:8000"}"#)?;
     if request.node_id == 0 {
         return Err(ApiError::bad_request("node_id must be at least 1"));
     }
-    // Every node is a member of every group for now: each group takes the learner.
-    for group in app.groups.all() {
+    for group in groups_changed(&app) {
         group
             .node
             .add_learner(request.node_id, request.addr.clone())
@@ -228,10 +245,9 @@ pub async fn cluster_promote(
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     admin(&app, &headers, &params)?;
-    refuse_when_placed(&app)?;
     let request: NodeIds = json_body(&body, r#"{"node_ids": [4]}"#)?;
     let add: BTreeSet<u64> = request.node_ids.into_iter().collect();
-    for group in app.groups.all() {
+    for group in groups_changed(&app) {
         group
             .node
             .change_voters(add.clone(), BTreeSet::new())
@@ -249,11 +265,11 @@ pub async fn cluster_remove(
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     admin(&app, &headers, &params)?;
-    refuse_when_placed(&app)?;
     let request: NodeIds = json_body(&body, r#"{"node_ids": [3]}"#)?;
     let remove: BTreeSet<u64> = request.node_ids.into_iter().collect();
+    refuse_removing_replicas(&app, &remove)?;
     // Data groups first: the first group's membership is what a node's peers see.
-    for group in app.groups.all().collect::<Vec<_>>().into_iter().rev() {
+    for group in groups_changed(&app).into_iter().rev() {
         group
             .node
             .change_voters(BTreeSet::new(), remove.clone())

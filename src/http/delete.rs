@@ -58,11 +58,10 @@ pub async fn delete(
     validate_measurement_name(&request.measurement)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     match app.groups.route(&request.database, &request.measurement) {
-        Route::Local(group) => delete_in(&app, &group.clone(), request).await,
+        Route::Local(group) => delete_in(&app, &group, request).await,
         // The measurement lives in a group other nodes hold: a member runs the delete
         // and counts its rows, and its answer is this one.
         Route::Remote(remote) => {
-            let remote = Arc::clone(remote);
             let (status, body) = remote
                 .delete(
                     &serde_json::from_slice(&body)
@@ -93,7 +92,7 @@ pub async fn delete_for_peer(app: &AppState, body: &str) -> (u16, String) {
     let answer = async {
         let request: DeleteRequest = json_body(body.as_bytes(), "{}")?;
         match app.groups.route(&request.database, &request.measurement) {
-            Route::Local(group) => delete_in(app, &group.clone(), request).await,
+            Route::Local(group) => delete_in(app, &group, request).await,
             Route::Remote(r) => Err(ApiError::with_status(
                 StatusCode::MISDIRECTED_REQUEST,
                 format!("this node is not a member of group {}", r.id()),

@@ -74,7 +74,7 @@ pub async fn digest(
         "node_id": app.node.node_id(),
         "applied_index": applied,
         // Replicas are compared group by group: a node holds only its groups' tables.
-        "groups_held": app.groups.holding_rows().map(|g| g.id).collect::<Vec<_>>(),
+        "groups_held": app.groups.holding_rows().iter().map(|g| g.id).collect::<Vec<_>>(),
         "tables": tables,
     })))
 }

@@ -267,7 +267,9 @@ async fn file_in(app: AppState, group: GroupId, headers: HeaderMap, path: String
 
 /// The group a call names, if this node runs it.
 pub(super) fn group_of(app: &AppState, group: GroupId) -> Result<Group, Refusal> {
-    app.groups.get(group).cloned().ok_or_else(|| {
+    // A group this node is taking a replica of answers too: its Raft must hear the
+    // leader before it is a voter.
+    app.groups.running(group).ok_or_else(|| {
         (
             StatusCode::NOT_FOUND,
             format!("this node is not a member of group {group}"),

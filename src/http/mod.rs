@@ -11,6 +11,7 @@ mod error;
 mod guard;
 mod internal;
 mod line_protocol;
+mod moves;
 mod msgpack;
 mod ops;
 mod prom_write;
@@ -53,6 +54,8 @@ pub struct AppInner {
     pub storage: Arc<Storage>,
     /// Every Raft group of this node; `node` and `storage` are the first one's.
     pub groups: crate::groups::Groups,
+    /// Moves group replicas between nodes (with several data groups).
+    pub mover: Option<Arc<crate::groups::moves::Mover>>,
     /// SQL engine.
     pub query: QueryEngine,
     /// Tokens.
@@ -126,6 +129,12 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/api/v1/cluster/promote", post(cluster::cluster_promote))
         .route("/api/v1/cluster/remove", post(cluster::cluster_remove))
+        .route(
+            "/api/v1/cluster/groups/{group}/move",
+            post(moves::move_replica),
+        )
+        .route("/api/v1/cluster/drain", post(moves::drain))
+        .route("/api/v1/cluster/rebalance", post(moves::rebalance))
         .route("/api/v1/backup", get(backup::describe))
         .route(
             "/api/v1/backup/groups/{group}/snapshot",
@@ -216,4 +225,7 @@ fn internal_router() -> Router<AppState> {
             "/internal/groups/{group}/files/{*path}",
             get(internal::group_file),
         )
+        .route("/internal/groups/{group}/host", post(moves::host))
+        .route("/internal/groups/{group}/retire", post(moves::retire))
+        .route("/internal/groups/{group}/move", post(moves::drive))
 }

@@ -174,6 +174,7 @@ pub async fn commit(app: &AppState, change: PolicyChange) -> Result<PolicyOutcom
     );
     if governs_rows && app.groups.is_sharded() {
         for route in app.groups.routes() {
+            let id = route.id();
             let committed = match route {
                 Route::Local(group) => commit_to(&group.node, change.clone()).await.map(|_| ()),
                 Route::Remote(remote) => remote
@@ -185,8 +186,7 @@ pub async fn commit(app: &AppState, change: PolicyChange) -> Result<PolicyOutcom
             committed.map_err(|e| ApiError {
                 message: format!(
                     "the rule is recorded, but not yet in data group {}: {}; send it again",
-                    route.id(),
-                    e.message
+                    id, e.message
                 ),
                 ..e
             })?;

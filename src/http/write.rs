@@ -310,7 +310,7 @@ async fn propose(app: &AppState, command: WriteCommand) -> Result<(), ApiError> 
         let id = route.id();
         let target = match route {
             Route::Local(group) => Target::Local(group.node.clone()),
-            Route::Remote(remote) => Target::Remote(std::sync::Arc::clone(remote)),
+            Route::Remote(remote) => Target::Remote(remote),
         };
         async move {
             let result = match target {

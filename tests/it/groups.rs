@@ -100,8 +100,15 @@ async fn three_nodes_with_four_data_groups_spread_measurements_and_lose_nothing_
     let expected: BTreeMap<String, i64> = (0..MEASUREMENTS)
         .map(|m| (format!("m{m}"), (9 * ROWS_PER_LINE_GROUP) as i64))
         .collect();
+    // A default read is served by the node's own replica, which may be an entry behind
+    // the leader that acknowledged the last write: wait for it to apply.
     for node in &nodes {
-        assert_eq!(counts(node).await, expected);
+        node.wait_for(
+            "every row on this node",
+            Duration::from_secs(30),
+            || async { counts(node).await == expected },
+        )
+        .await;
     }
     let joined = nodes[1]
         .rows(

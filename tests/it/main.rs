@@ -26,6 +26,7 @@ mod lifecycle_cluster;
 mod line_protocol;
 mod lost_disk;
 mod many_files;
+mod moves;
 mod names;
 mod pg_wire;
 mod prom_write;

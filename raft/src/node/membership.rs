@@ -44,6 +44,19 @@ impl RaftNode {
             .collect()
     }
 
+    /// Every member (voters and learners) with its address, from the current
+    /// membership.
+    pub fn member_addrs_by_id(&self) -> Vec<(NodeId, String)> {
+        self.raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(id, n)| (*id, n.addr.clone()))
+            .collect()
+    }
+
     /// The address of a member, from the current membership.
     pub fn member_addr(&self, id: NodeId) -> Option<String> {
         self.raft
@@ -53,5 +66,33 @@ impl RaftNode {
             .membership()
             .get_node(&id)
             .map(|n| n.addr.clone())
+    }
+
+    /// The voters (id, address) of the current membership, in id order; during a joint
+    /// change, those of the configuration being moved to.
+    pub fn voters(&self) -> Vec<(NodeId, String)> {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let membership = metrics.membership_config.membership();
+        let last = membership
+            .get_joint_config()
+            .last()
+            .cloned()
+            .unwrap_or_default();
+        last.iter()
+            .filter_map(|id| Some((*id, membership.get_node(id)?.addr.clone())))
+            .collect()
+    }
+
+    /// Whether a membership change is half done (joint configuration).
+    pub fn membership_in_change(&self) -> bool {
+        self.raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .get_joint_config()
+            .len()
+            > 1
     }
 }

@@ -204,6 +204,11 @@ pub struct PeerState {
     /// restored from an old copy learns from this that it lost entries it acknowledged).
     #[serde(default)]
     pub matched: Option<BTreeMap<NodeId, u64>>,
+    /// The voters with their addresses (a node that is not a member of a data group
+    /// learns from this where the group's replicas are after one moved). Empty from a
+    /// peer too old to report it.
+    #[serde(default)]
+    pub members: Vec<(NodeId, String)>,
 }
 
 impl RaftNode {
@@ -367,8 +372,14 @@ impl RaftNode {
     /// This node's state for a peer deciding how to start.
     pub fn peer_state(&self) -> PeerState {
         let m = self.raft.metrics().borrow().clone();
-        let voters: Vec<NodeId> = m.membership_config.membership().voter_ids().collect();
+        let membership = m.membership_config.membership();
+        let voters: Vec<NodeId> = membership.voter_ids().collect();
+        let members = voters
+            .iter()
+            .filter_map(|id| Some((*id, membership.get_node(id)?.addr.clone())))
+            .collect();
         PeerState {
+            members,
             node_id: self.config.node_id,
             initialized: !voters.is_empty(),
             last_log_index: m.last_log_index,

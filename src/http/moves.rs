@@ -1,0 +1,193 @@
+//! Moving data group replicas: `POST /api/v1/cluster/groups/{group}/move`,
+//! `POST /api/v1/cluster/drain`, `POST /api/v1/cluster/rebalance`, and the steps nodes ask of each other
+//! (`/internal/groups/{group}/{host,retire,move}`); `src/groups/moves.rs` does the work.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use quiver_raft::GroupId;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::body::json_body;
+use super::error::ApiError;
+use super::internal::{authorized_body, encode, SMALL_BODY_BYTES_MAX};
+use super::AppState;
+use crate::auth::Permission;
+use crate::groups::moves::{MembersMessage, MoveError, MoveRequest, Mover};
+
+#[derive(Debug, Deserialize)]
+struct MoveBody {
+    from: u64,
+    to: u64,
+}
+
+#[derive(Debug, Deserialize)]
+struct DrainBody {
+    node_id: u64,
+}
+
+fn mover(app: &AppState) -> Result<Arc<Mover>, ApiError> {
+    app.mover.clone().ok_or_else(|| {
+        ApiError::bad_request(
+            "this cluster has one data group, on every node: there is no replica to move \
+             (cluster.data_groups = 1)",
+        )
+    })
+}
+
+fn move_error(e: MoveError) -> ApiError {
+    match e {
+        MoveError::Invalid(m) => ApiError::bad_request(m),
+        MoveError::NotHere(m) => ApiError::with_status(StatusCode::CONFLICT, m),
+        MoveError::Failed(m) => ApiError::overloaded(StatusCode::SERVICE_UNAVAILABLE, m, 1),
+    }
+}
+
+fn members_json(members: &[(u64, String)]) -> Vec<u64> {
+    members.iter().map(|(id, _)| *id).collect()
+}
+
+/// `POST /api/v1/cluster/groups/{group}/move` `{"from": 3, "to": 4}` (admin): moves the
+/// group's replica on node `from` to node `to`, with its files; answers once `to` is a
+/// voter and `from` has left. Asking again finishes a move that failed part way.
+pub async fn move_replica(
+    State(app): State<AppState>,
+    Path(group): Path<GroupId>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    app.auth
+        .check_request(&headers, &params, Permission::Admin)?;
+    let mover = mover(&app)?;
+    let request: MoveBody = json_body(&body, r#"{"from": 3, "to": 4}"#)?;
+    let request = MoveRequest {
+        group,
+        from: request.from,
+        to: request.to,
+    };
+    let members = mover.move_anywhere(request).await.map_err(move_error)?;
+    Ok(Json(json!({
+        "success": true,
+        "group": group,
+        "members": members_json(&members),
+    })))
+}
+
+/// `POST /api/v1/cluster/drain` `{"node_id": 3}` (admin): moves every data group replica
+/// off the node, one at a time, to the nodes holding fewest; answers with the moves.
+pub async fn drain(
+    State(app): State<AppState>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    app.auth
+        .check_request(&headers, &params, Permission::Admin)?;
+    let mover = mover(&app)?;
+    let request: DrainBody = json_body(&body, r#"{"node_id": 3}"#)?;
+    let moves = mover.drain(request.node_id).await.map_err(move_error)?;
+    Ok(Json(json!({
+        "success": true,
+        "node_id": request.node_id,
+        "moves": moves
+            .iter()
+            .map(|m| json!({"group": m.group, "from": m.from, "to": m.to}))
+            .collect::<Vec<_>>(),
+    })))
+}
+
+/// `POST /api/v1/cluster/rebalance` (admin): moves replicas from the nodes holding
+/// most to those holding fewest until no two differ by more than one; answers with the
+/// moves.
+pub async fn rebalance(
+    State(app): State<AppState>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    app.auth
+        .check_request(&headers, &params, Permission::Admin)?;
+    let mover = mover(&app)?;
+    let moves = mover.rebalance().await.map_err(move_error)?;
+    Ok(Json(json!({
+        "success": true,
+        "moves": moves
+            .iter()
+            .map(|m| json!({"group": m.group, "from": m.from, "to": m.to}))
+            .collect::<Vec<_>>(),
+    })))
+}
+
+/// `POST /internal/groups/{group}/host`: start the group here, waiting to be added.
+pub async fn host(
+    State(app): State<AppState>,
+    Path(group): Path<GroupId>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let message: MembersMessage =
+        match authorized_body(&app, &headers, body, SMALL_BODY_BYTES_MAX).await {
+            Ok(m) => m,
+            Err(response) => return response,
+        };
+    let answer = match &app.mover {
+        Some(mover) => mover.host(group, message).await,
+        None => Err("this node runs one data group".to_string()),
+    };
+    encode(&answer)
+}
+
+/// `POST /internal/groups/{group}/retire`: this node left the group; delete its copy.
+pub async fn retire(
+    State(app): State<AppState>,
+    Path(group): Path<GroupId>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let message: MembersMessage =
+        match authorized_body(&app, &headers, body, SMALL_BODY_BYTES_MAX).await {
+            Ok(m) => m,
+            Err(response) => return response,
+        };
+    let answer = match &app.mover {
+        Some(mover) => mover.retire(group, message).await,
+        None => Err("this node runs one data group".to_string()),
+    };
+    encode(&answer)
+}
+
+/// `POST /internal/groups/{group}/move`: drive a move (this node is a voter of the
+/// group); 404 when it is not, so the asker tries another member.
+pub async fn drive(
+    State(app): State<AppState>,
+    Path(group): Path<GroupId>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let request: MoveRequest =
+        match authorized_body(&app, &headers, body, SMALL_BODY_BYTES_MAX).await {
+            Ok(r) => r,
+            Err(response) => return response,
+        };
+    let Some(mover) = &app.mover else {
+        return (StatusCode::NOT_FOUND, "this node runs one data group").into_response();
+    };
+    if request.group != group {
+        return (
+            StatusCode::BAD_REQUEST,
+            "the group in the path and the body differ",
+        )
+            .into_response();
+    }
+    let answer: Result<Vec<(u64, String)>, String> = match mover.drive(request).await {
+        Err(MoveError::NotHere(m)) => return (StatusCode::NOT_FOUND, m).into_response(),
+        other => other.map_err(|e| e.to_string()),
+    };
+    encode(&answer)
+}

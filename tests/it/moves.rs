@@ -1,0 +1,404 @@
+//! Moving data group replicas between running nodes (docs/ARCHITECTURE.md, "Groups"):
+//! `quiver cluster move` sent to a node that is not a member of the group, the new
+//! replica catching up with the group's rows and files, the old one deleting its copy,
+//! every node reading everything throughout, kill -9 and restarts of both ends, and
+//! `drain` emptying a node.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::cluster_support::{specs, start};
+use crate::common::{Node, TOKEN};
+
+const MEASUREMENTS: usize = 12;
+const ROWS_PER_LINE_GROUP: usize = 20;
+
+/// One body: `ROWS_PER_LINE_GROUP` rows of every measurement, batch `batch`.
+fn body(batch: usize) -> String {
+    let mut out = String::new();
+    for m in 0..MEASUREMENTS {
+        for r in 0..ROWS_PER_LINE_GROUP {
+            let t = 1_700_000_000_000_000_000i64 + (batch * 1_000 + r) as i64 * 1_000_000;
+            out.push_str(&format!("m{m},host=h{r} v={batch},b={batch}i {t}\n"));
+        }
+    }
+    out
+}
+
+/// Writes `batches` through the nodes in turn. Each must be acknowledged; a refusal
+/// that wrote nothing (429, 503: a group electing its next leader after one left) is
+/// retried until a deadline, anything else fails the test.
+async fn write_all(nodes: &[Node], batches: std::ops::Range<usize>) {
+    for batch in batches {
+        let node = &nodes[batch % nodes.len()];
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let (status, answer) = node.write_lp("/write?db=db", &body(batch)).await;
+            if status == 204 {
+                break;
+            }
+            assert!(
+                matches!(status, 429 | 503) && std::time::Instant::now() < deadline,
+                "batch {batch}: {status} {answer}\n{}",
+                node.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// Rows per measurement as one node reads them (-1: the query failed).
+async fn counts(node: &Node) -> BTreeMap<String, i64> {
+    let mut out = BTreeMap::new();
+    for m in 0..MEASUREMENTS {
+        let (status, answer) = node
+            .query("db", &format!("SELECT count(*) FROM m{m}"))
+            .await;
+        let rows = if status == 200 {
+            answer["data"][0][0].as_i64().unwrap_or(-1)
+        } else {
+            -1
+        };
+        out.insert(format!("m{m}"), rows);
+    }
+    out
+}
+
+fn expected(batches: usize) -> BTreeMap<String, i64> {
+    (0..MEASUREMENTS)
+        .map(|m| (format!("m{m}"), (batches * ROWS_PER_LINE_GROUP) as i64))
+        .collect()
+}
+
+async fn every_node_reads(nodes: &[&Node], batches: usize) {
+    for node in nodes {
+        node.wait_for(
+            "every row, read on this node",
+            Duration::from_secs(60),
+            || async { counts(node).await == expected(batches) },
+        )
+        .await;
+    }
+}
+
+/// `(members, held_here)` of data group `group` as `node` lists it.
+async fn group_as_seen_by(node: &Node, group: u64) -> (Vec<u64>, bool) {
+    let r = node
+        .client
+        .get(format!("{}/api/v1/cluster/groups", node.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("groups request");
+    let body: Value = r.json().await.expect("groups json");
+    let entry = body["groups"]
+        .as_array()
+        .and_then(|all| all.iter().find(|g| g["id"].as_u64() == Some(group)))
+        .cloned()
+        .unwrap_or(Value::Null);
+    let mut members: Vec<u64> = entry["members"]
+        .as_array()
+        .map(|m| m.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default();
+    members.sort_unstable();
+    (members, entry["held_here"] == true)
+}
+
+async fn wait_for_members(nodes: &[&Node], group: u64, members: &[u64]) {
+    for node in nodes {
+        node.wait_for(
+            &format!("group {group} listed with members {members:?}"),
+            Duration::from_secs(30),
+            || async { group_as_seen_by(node, group).await.0 == members },
+        )
+        .await;
+    }
+}
+
+fn group_dir_exists(node: &Node, group: u64) -> bool {
+    node.spec
+        .data_dir
+        .join("groups")
+        .join(group.to_string())
+        .exists()
+}
+
+fn count_parquet(dir: &std::path::Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| {
+            let path = e.path();
+            if path.is_dir() {
+                count_parquet(&path)
+            } else {
+                usize::from(path.extension().is_some_and(|x| x == "parquet"))
+            }
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_moves_with_its_files_and_a_drained_node_ends_up_holding_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = [
+        ("QUIVER_CLUSTER_DATA_GROUPS", "2".to_string()),
+        ("QUIVER_CLUSTER_REPLICATION", "3".to_string()),
+        ("QUIVER_STORAGE_FLUSH_AGE_MS", "300".to_string()),
+        ("QUIVER_RAFT_SNAPSHOT_INTERVAL_MS_MIN", "200".to_string()),
+    ];
+    let mut nodes = start(specs(dir.path(), 4, &env)).await;
+    // Placement: group 1 on nodes 1, 2, 3; group 2 on nodes 4, 1, 2.
+    let all: Vec<&Node> = nodes.iter().collect();
+    wait_for_members(&all, 1, &[1, 2, 3]).await;
+    wait_for_members(&all, 2, &[1, 2, 4]).await;
+    write_all(&nodes, 0..10).await;
+    // Every member snapshots the files, so the log before them is gone: the new replica
+    // must take a snapshot and fetch the group's Parquet files.
+    for node in &nodes[..3] {
+        let group_dir = node.spec.data_dir.join("groups").join("1");
+        node.wait_for(
+            "group 1's files and a snapshot of them",
+            Duration::from_secs(60),
+            || async {
+                count_parquet(&group_dir) > 0
+                    && std::fs::read_dir(group_dir.join("snapshots")).is_ok_and(|entries| {
+                        entries
+                            .flatten()
+                            .any(|e| e.file_name().to_string_lossy().ends_with(".snap"))
+                    })
+            },
+        )
+        .await;
+    }
+
+    // Asked of node 4, which is not a member of group 1: a member drives the move.
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .args(["cluster", "move", "--url", &nodes[3].url, "--token", TOKEN])
+        .args(["--group", "1", "--from", "3", "--to", "4"])
+        .output()
+        .expect("quiver cluster move runs");
+    let printed = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(
+        output.status.success(),
+        "{printed}{}\nnode 1:\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        nodes[0].log_tail()
+    );
+    let answer: Value = serde_json::from_str(&printed).expect("move answer is JSON");
+    assert_eq!(answer["members"], serde_json::json!([1, 2, 4]), "{answer}");
+
+    // Every node learns the new members; node 4 holds the group with its rows and files,
+    // node 3 kept no copy.
+    let all: Vec<&Node> = nodes.iter().collect();
+    wait_for_members(&all, 1, &[1, 2, 4]).await;
+    nodes[3]
+        .wait_for(
+            "node 4 serving group 1",
+            Duration::from_secs(30),
+            || async { group_as_seen_by(&nodes[3], 1).await.1 },
+        )
+        .await;
+    assert!(
+        !group_dir_exists(&nodes[2], 1),
+        "node 3 kept group 1's directory"
+    );
+    assert!(
+        !nodes[2]
+            .spec
+            .data_dir
+            .join("wal")
+            .join("groups")
+            .join("1")
+            .exists(),
+        "node 3 kept group 1's log"
+    );
+    nodes[3]
+        .wait_for(
+            "group 1's files on node 4",
+            Duration::from_secs(60),
+            || async { count_parquet(&nodes[3].spec.data_dir.join("groups").join("1")) > 0 },
+        )
+        .await;
+    every_node_reads(&all, 10).await;
+
+    // Writes through every node, the one that left the group included.
+    write_all(&nodes, 10..20).await;
+    every_node_reads(&all, 20).await;
+
+    // kill -9 both ends of the move; each comes back with the groups it holds now.
+    nodes[3].kill();
+    nodes[3].restart().await;
+    nodes[2].kill();
+    nodes[2].restart().await;
+    assert!(
+        group_as_seen_by(&nodes[3], 1).await.1,
+        "node 4 holds group 1 after a restart"
+    );
+    assert!(!group_dir_exists(&nodes[2], 1));
+    let all: Vec<&Node> = nodes.iter().collect();
+    wait_for_members(&all, 1, &[1, 2, 4]).await;
+    every_node_reads(&all, 20).await;
+    write_all(&nodes, 20..24).await;
+
+    // Draining node 2 moves both its replicas to node 3, the only node without them.
+    let (status, text, _) = nodes[2]
+        .post(
+            "/api/v1/cluster/drain",
+            &[("content-type", "application/json")],
+            br#"{"node_id": 2}"#.to_vec(),
+        )
+        .await;
+    assert_eq!(status, 200, "{text}\n{}", nodes[0].log_tail());
+    let drained: Value = serde_json::from_str(&text).expect("drain answer");
+    assert_eq!(
+        drained["moves"].as_array().map(Vec::len),
+        Some(2),
+        "{drained}"
+    );
+    wait_for_members(&all, 1, &[1, 3, 4]).await;
+    wait_for_members(&all, 2, &[1, 3, 4]).await;
+    for group in [1, 2] {
+        assert!(
+            !group_dir_exists(&nodes[1], group),
+            "node 2 kept group {group}"
+        );
+    }
+    every_node_reads(&all, 24).await;
+    write_all(&nodes, 24..28).await;
+    every_node_reads(&all, 28).await;
+
+    // A move to a node that is not in the cluster is refused, naming it.
+    let (status, text, _) = nodes[0]
+        .post(
+            "/api/v1/cluster/groups/1/move",
+            &[("content-type", "application/json")],
+            br#"{"from": 1, "to": 9}"#.to_vec(),
+        )
+        .await;
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("node 9"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_added_to_a_running_cluster_takes_its_share_of_the_replicas() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = [
+        ("QUIVER_CLUSTER_DATA_GROUPS", "3".to_string()),
+        ("QUIVER_CLUSTER_REPLICATION", "2".to_string()),
+        ("QUIVER_STORAGE_FLUSH_AGE_MS", "300".to_string()),
+    ];
+    // The cluster is nodes 1-3 (each holds two of the six replicas); node 4 is started
+    // later with the same settings and added while the cluster runs.
+    let four = specs(dir.path(), 4, &env);
+    let first_three = four[..3]
+        .iter()
+        .enumerate()
+        .map(|(i, s)| format!("{}=http://127.0.0.1:{}", i + 1, s.port))
+        .collect::<Vec<_>>()
+        .join(",");
+    let four: Vec<_> = four
+        .into_iter()
+        .map(|s| s.with("QUIVER_CLUSTER_PEERS", &first_three))
+        .collect();
+    let mut nodes = start(four[..3].to_vec()).await;
+    write_all(&nodes, 0..10).await;
+    nodes.push(Node::spawn(four[3].clone()));
+    let newcomer = nodes[3].url.clone();
+    for (path, request) in [
+        (
+            "/api/v1/cluster/add-learner",
+            format!(r#"{{"node_id": 4, "addr": "{newcomer}"}}"#),
+        ),
+        (
+            "/api/v1/cluster/promote",
+            r#"{"node_ids": [4]}"#.to_string(),
+        ),
+    ] {
+        let (status, text, _) = nodes[0]
+            .post(
+                path,
+                &[("content-type", "application/json")],
+                request.into_bytes(),
+            )
+            .await;
+        assert_eq!(status, 200, "{path}: {text}\n{}", nodes[0].log_tail());
+    }
+    nodes[3].wait_ready().await;
+    for group in 1..=3 {
+        assert!(
+            !group_as_seen_by(&nodes[3], group).await.1,
+            "no replica before rebalance"
+        );
+    }
+
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .args(["cluster", "rebalance", "--url", &newcomer, "--token", TOKEN])
+        .output()
+        .expect("quiver cluster rebalance runs");
+    let printed = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(
+        output.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let answer: Value = serde_json::from_str(&printed).expect("rebalance answer is JSON");
+    let moves = answer["moves"].as_array().cloned().unwrap_or_default();
+    assert!(!moves.is_empty(), "{answer}");
+    assert!(moves.iter().all(|m| m["to"] == 4), "{answer}");
+
+    // Node 4 now holds a replica, with the group's files, and every node (itself
+    // included) reads every row and takes writes.
+    let moved = moves[0]["group"].as_u64().expect("group moved");
+    nodes[3]
+        .wait_for(
+            "node 4 serving the moved group",
+            Duration::from_secs(30),
+            || async { group_as_seen_by(&nodes[3], moved).await.1 },
+        )
+        .await;
+    let group_dir = nodes[3]
+        .spec
+        .data_dir
+        .join("groups")
+        .join(moved.to_string());
+    nodes[3]
+        .wait_for(
+            "the moved group's files on node 4",
+            Duration::from_secs(60),
+            || async { count_parquet(&group_dir) > 0 },
+        )
+        .await;
+    let all: Vec<&Node> = nodes.iter().collect();
+    every_node_reads(&all, 10).await;
+    write_all(&nodes, 10..14).await;
+    every_node_reads(&all, 14).await;
+
+    // No two nodes differ by more than one replica now.
+    let mut held = [0usize; 4];
+    for group in 1..=3 {
+        for id in group_as_seen_by(&nodes[0], group).await.0 {
+            held[(id - 1) as usize] += 1;
+        }
+    }
+    assert_eq!(held.iter().sum::<usize>(), 6, "{held:?}");
+    assert!(
+        held.iter().max().unwrap_or(&0) - held.iter().min().unwrap_or(&0) <= 1,
+        "{held:?}"
+    );
+
+    // A node holding replicas is not removed before it is drained.
+    let (status, text, _) = nodes[0]
+        .post(
+            "/api/v1/cluster/remove",
+            &[("content-type", "application/json")],
+            br#"{"node_ids": [4]}"#.to_vec(),
+        )
+        .await;
+    assert_eq!(status, 409, "{text}");
+    assert!(text.contains("drain"), "{text}");
+}
