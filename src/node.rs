@@ -89,7 +89,10 @@ pub async fn serve(config: Config) -> Result<()> {
             data_duties,
         ));
         background.push(tokio::spawn(tend_moves(Arc::clone(&mover))));
-        background.push(tokio::spawn(keep_remote_groups(groups.clone())));
+        background.push(tokio::spawn(keep_remote_groups(
+            groups.clone(),
+            data_dir.clone(),
+        )));
         Some(mover)
     } else {
         None
@@ -423,17 +426,39 @@ const REMOTE_MARGIN_MS: u64 = 5_000;
 /// Keeps the members of the groups other nodes hold (a replica may have moved) and
 /// the lists of their tables (names for catalogs and `SHOW TABLES`; the tables
 /// themselves are always read from a member) fresh, whichever groups those are now.
-async fn keep_remote_groups(groups: Groups) {
+/// Members learned are recorded (`groups/members.json`), so a restart after replicas
+/// moved finds each group even when none of its first members holds it any more.
+async fn keep_remote_groups(groups: Groups, data_dir: std::path::PathBuf) {
+    let mut recorded = crate::groups::members_cache::load(&data_dir).unwrap_or_default();
     loop {
-        futures::future::join_all(groups.remote().into_iter().map(|group| async move {
-            if let Err(e) = group.refresh_members().await {
-                tracing::debug!(group = group.id(), error = %e, "cannot ask the group's members who they are");
-            }
+        let nodes = groups.first().node.member_addrs_by_id();
+        let nodes = &nodes;
+        let learned = futures::future::join_all(groups.remote().into_iter().map(|group| async move {
+            let members = match group.refresh_members(nodes).await {
+                Ok((members, _)) => Some(members),
+                Err(e) => {
+                    tracing::debug!(group = group.id(), error = %e, "cannot ask the group's members who they are");
+                    None
+                }
+            };
             if let Err(e) = group.refresh_catalog().await {
                 tracing::debug!(group = group.id(), error = %e, "cannot list the group's tables");
             }
+            members.map(|m| (group.id(), m))
         }))
         .await;
+        for (id, members) in learned.into_iter().flatten() {
+            if recorded.get(&id) != Some(&members) {
+                match crate::groups::members_cache::record(&data_dir, id, &members) {
+                    Ok(()) => {
+                        recorded.insert(id, members);
+                    }
+                    Err(e) => {
+                        tracing::warn!(group = id, error = %e, "cannot record the group's members")
+                    }
+                }
+            }
+        }
         tokio::time::sleep(std::time::Duration::from_millis(
             crate::groups::remote::CATALOG_REFRESH_MS,
         ))

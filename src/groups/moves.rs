@@ -216,6 +216,8 @@ impl Mover {
         let is_voter = |id: u64| voters.iter().any(|(v, _)| *v == id);
         if is_voter(to) && !is_voter(from) {
             tracing::info!(group, from, to, "the move was made already");
+            // Its last step may not have reached the old replica: ask it again.
+            self.tell_to_retire(group, from, &voters).await;
             return Ok(voters);
         }
         if !is_voter(from) {
@@ -274,19 +276,30 @@ impl Mover {
             self.retire(group, retire)
                 .await
                 .map_err(|e| MoveError::Failed(format!("retiring group {group} here: {e}")))?;
-        } else if let Some(from_addr) = self.address_of(from) {
-            if let Err(e) = self
-                .call_peer(&from_addr, group, paths::RETIRE, &retire)
-                .await
-            {
-                // The group is whole without it; the node retires the group when it next
-                // finds it has left (or when the move is asked again).
-                tracing::warn!(group, node = from, error = %e, "the old replica has not deleted its copy yet");
-            }
+        } else {
+            self.tell_to_retire(group, from, &after).await;
         }
         metrics::counter!("quiver_group_moves_finished_total").increment(1);
         tracing::info!(group, from, to, members = ?ids(&after), "replica moved");
         Ok(after)
+    }
+
+    /// Tells node `from`, which left group `group`, to delete its copy. A failure is
+    /// only logged: the group is whole without it, and the node retires the group when
+    /// it next finds it has left (or when the move is asked again).
+    async fn tell_to_retire(&self, group: GroupId, from: u64, after: &[(u64, String)]) {
+        let Some(from_addr) = self.address_of(from) else {
+            return;
+        };
+        let message = MembersMessage {
+            members: after.to_vec(),
+        };
+        if let Err(e) = self
+            .call_peer(&from_addr, group, paths::RETIRE, &message)
+            .await
+        {
+            tracing::warn!(group, node = from, error = %e, "the old replica has not deleted its copy yet");
+        }
     }
 
     /// The voters once `from` left and `to` joined, as this node's Raft knows them (it

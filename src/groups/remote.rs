@@ -168,12 +168,25 @@ impl RemoteGroup {
     }
 
     /// Asks the members for the group's current voters (its Raft membership) and keeps
-    /// them: after a replica moved, rows and reads go to the new members. Returns the
-    /// members now known. A member that answers with no voters (it left the group, or
-    /// has not started) is passed over.
-    pub async fn refresh_members(&self) -> Result<Vec<(u64, String)>, PeerError> {
+    /// them: after a replica moved, rows and reads go to the new members. When none of
+    /// the known members is a voter any more (every replica moved while this node was
+    /// down), `others` (the cluster's nodes) are asked too. A node that answers without
+    /// being a voter itself (it left the group, or does not hold it) is passed over.
+    /// Returns the members now known, and whether they changed.
+    pub async fn refresh_members(
+        &self,
+        others: &[(u64, String)],
+    ) -> Result<(Vec<(u64, String)>, bool), PeerError> {
         let mut last_error = None;
-        for (id, addr) in self.members_in_order() {
+        let mut asked = self.members_in_order();
+        asked.extend(
+            others
+                .iter()
+                .filter(|o| !asked.contains(o))
+                .cloned()
+                .collect::<Vec<_>>(),
+        );
+        for (id, addr) in asked {
             match self
                 .client
                 .get::<quiver_raft::PeerState>(&addr, quiver_raft::PEER_STATE_PATH, self.timeout)
@@ -183,11 +196,12 @@ impl RemoteGroup {
                     let mut members = state.members;
                     members.sort_unstable();
                     let mut known = self.members.write();
-                    if *known != members {
+                    let changed = *known != members;
+                    if changed {
                         tracing::info!(group = self.id, from = ?*known, to = ?members, "the group's members changed");
                         known.clone_from(&members);
                     }
-                    return Ok(members);
+                    return Ok((members, changed));
                 }
                 Ok(_) => {
                     tracing::debug!(group = self.id, %addr, "not a voter of the group any more");

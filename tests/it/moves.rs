@@ -402,3 +402,68 @@ async fn a_node_added_to_a_running_cluster_takes_its_share_of_the_replicas() {
     assert_eq!(status, 409, "{text}");
     assert!(text.contains("drain"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_holds_no_replica_finds_a_group_after_every_first_member_moved_away() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = [
+        ("QUIVER_CLUSTER_DATA_GROUPS", "2".to_string()),
+        ("QUIVER_CLUSTER_REPLICATION", "2".to_string()),
+    ];
+    // Placement: group 1 on nodes 1 and 2, group 2 on nodes 3 and 4; node 5 holds none.
+    let mut nodes = start(specs(dir.path(), 5, &env)).await;
+    let all: Vec<&Node> = nodes.iter().collect();
+    wait_for_members(&all, 1, &[1, 2]).await;
+    wait_for_members(&all, 2, &[3, 4]).await;
+    write_all(&nodes, 0..6).await;
+    for (from, to) in [(1, 3), (2, 4)] {
+        let (status, text, _) = nodes[4]
+            .post(
+                "/api/v1/cluster/groups/1/move",
+                &[("content-type", "application/json")],
+                format!(r#"{{"from": {from}, "to": {to}}}"#).into_bytes(),
+            )
+            .await;
+        assert_eq!(status, 200, "{text}");
+    }
+    wait_for_members(&all, 1, &[3, 4]).await;
+    // Node 5 records what it learned, so a restart does not look for group 1 on nodes
+    // 1 and 2 (placement's members), which hold it no more.
+    let recorded = nodes[4].spec.data_dir.join("groups").join("members.json");
+    nodes[4]
+        .wait_for(
+            "node 5 recording group 1's members",
+            Duration::from_secs(30),
+            || async {
+                std::fs::read_to_string(&recorded)
+                    .ok()
+                    .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+                    .is_some_and(|v| {
+                        v["1"]
+                            .as_array()
+                            .map(|m| m.iter().filter_map(|p| p[0].as_u64()).collect::<Vec<_>>())
+                            == Some(vec![3, 4])
+                    })
+            },
+        )
+        .await;
+    nodes[4].kill();
+    nodes[4].restart().await;
+    let all: Vec<&Node> = nodes.iter().collect();
+    every_node_reads(&all, 6).await;
+    write_all(&nodes, 6..10).await;
+    every_node_reads(&all, 10).await;
+
+    // Without the record, it asks the cluster's nodes: still found.
+    nodes[4].kill();
+    std::fs::remove_file(&recorded).expect("remove the record");
+    nodes[4].restart().await;
+    nodes[4]
+        .wait_for(
+            "group 1 found through the other nodes",
+            Duration::from_secs(30),
+            || async { group_as_seen_by(&nodes[4], 1).await.0 == [3, 4] },
+        )
+        .await;
+    every_node_reads(&[&nodes[4]], 10).await;
+}
