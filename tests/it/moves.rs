@@ -27,21 +27,31 @@ fn body(batch: usize) -> String {
     out
 }
 
-/// Writes `batches` through the nodes in turn. Each must be acknowledged; a refusal
-/// that wrote nothing (429, 503: a group electing its next leader after one left) is
-/// retried until a deadline, anything else fails the test.
+/// Writes `batches` through the nodes in turn, each with its own Idempotency-Key, as a
+/// client of a cluster with several data groups should: a refusal that wrote nothing
+/// (429, 503) or a write whose parts partly committed (504, while a group elects its
+/// next leader after one left) is resent with the same key until a deadline, and the
+/// counts the tests check then prove each batch stored exactly once. Anything else
+/// fails the test.
 async fn write_all(nodes: &[Node], batches: std::ops::Range<usize>) {
     for batch in batches {
         let node = &nodes[batch % nodes.len()];
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let key = format!("moves-batch-{batch}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
         loop {
-            let (status, answer) = node.write_lp("/write?db=db", &body(batch)).await;
+            let (status, text, _) = node
+                .post(
+                    "/write?db=db",
+                    &[("Idempotency-Key", key.as_str())],
+                    body(batch).into_bytes(),
+                )
+                .await;
             if status == 204 {
                 break;
             }
             assert!(
-                matches!(status, 429 | 503) && std::time::Instant::now() < deadline,
-                "batch {batch}: {status} {answer}\n{}",
+                matches!(status, 429 | 503 | 504) && std::time::Instant::now() < deadline,
+                "batch {batch}: {status} {text}\n{}",
                 node.log_tail()
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
