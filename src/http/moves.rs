@@ -131,16 +131,7 @@ pub async fn host(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let message: MembersMessage =
-        match authorized_body(&app, &headers, body, SMALL_BODY_BYTES_MAX).await {
-            Ok(m) => m,
-            Err(response) => return response,
-        };
-    let answer = match &app.mover {
-        Some(mover) => mover.host(group, message).await,
-        None => Err("this node runs one data group".to_string()),
-    };
-    encode(&answer)
+    members_step(app, group, headers, body, Step::Host).await
 }
 
 /// `POST /internal/groups/{group}/retire`: this node left the group; delete its copy.
@@ -150,14 +141,31 @@ pub async fn retire(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    members_step(app, group, headers, body, Step::Retire).await
+}
+
+/// The two steps of a move another node asks of this one with a list of members.
+enum Step {
+    Host,
+    Retire,
+}
+
+async fn members_step(
+    app: AppState,
+    group: GroupId,
+    headers: HeaderMap,
+    body: Body,
+    step: Step,
+) -> Response {
     let message: MembersMessage =
         match authorized_body(&app, &headers, body, SMALL_BODY_BYTES_MAX).await {
             Ok(m) => m,
             Err(response) => return response,
         };
-    let answer = match &app.mover {
-        Some(mover) => mover.retire(group, message).await,
-        None => Err("this node runs one data group".to_string()),
+    let answer = match (&app.mover, step) {
+        (Some(mover), Step::Host) => mover.host(group, message).await,
+        (Some(mover), Step::Retire) => mover.retire(group, message).await,
+        (None, _) => Err("this node runs one data group".to_string()),
     };
     encode(&answer)
 }

@@ -386,7 +386,7 @@ async fn query_linearizable(node: &Node, sql: &str) -> (u16, Value) {
 }
 
 /// Parquet files under `dir`, at any depth.
-fn count_files(dir: &std::path::Path) -> usize {
+pub(crate) fn count_files(dir: &std::path::Path) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
     };

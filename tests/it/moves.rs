@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use crate::cluster_support::{specs, start};
 use crate::common::{Node, TOKEN};
+use crate::groups::count_files as count_parquet;
 
 const MEASUREMENTS: usize = 12;
 const ROWS_PER_LINE_GROUP: usize = 20;
@@ -133,23 +134,6 @@ fn group_dir_exists(node: &Node, group: u64) -> bool {
         .join("groups")
         .join(group.to_string())
         .exists()
-}
-
-fn count_parquet(dir: &std::path::Path) -> usize {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .map(|e| {
-            let path = e.path();
-            if path.is_dir() {
-                count_parquet(&path)
-            } else {
-                usize::from(path.extension().is_some_and(|x| x == "parquet"))
-            }
-        })
-        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
