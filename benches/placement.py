@@ -18,6 +18,7 @@ Run it at 3 and 5 nodes to compare the CPU per row a node spends:
 """
 
 import argparse
+import random
 import json
 import os
 import socket
@@ -55,7 +56,10 @@ def parquet_bytes(path):
     for root, _, files in os.walk(path):
         for name in files:
             if name.endswith(".parquet"):
-                total += os.path.getsize(os.path.join(root, name))
+                try:
+                    total += os.path.getsize(os.path.join(root, name))
+                except FileNotFoundError:
+                    pass  # deleted by the node meanwhile (a merge's input)
     return total
 
 
@@ -65,7 +69,11 @@ def body(batch, measurements, hosts, points):
         for h in range(hosts):
             for p in range(points):
                 t = 1_700_000_000_000_000_000 + (batch * points + p) * 1_000_000_000
-                lines.append(f"m{m},host=h{h},dc=d{h % 3} usage={(batch + p) % 100}.5,n={p}i {t}")
+                # Values that vary as a real gauge does (a fixed pattern compresses to
+                # almost nothing and makes every byte share meaningless).
+                rnd = random.Random(hash((batch, m, h, p)))
+                usage = round(rnd.uniform(0, 100), 2)
+                lines.append(f"m{m},host=h{h},dc=d{h % 3} usage={usage},n={rnd.randrange(1_000_000)}i {t}")
     return "\n".join(lines) + "\n"
 
 
@@ -78,6 +86,8 @@ def main():
     ap.add_argument("--measurements", type=int, default=40)
     ap.add_argument("--writers", type=int, default=4)
     ap.add_argument("--bin", default=os.path.join(REPO, "target/debug/quiver"))
+    ap.add_argument("--balance-bytes-min", default="1",
+                    help="cluster.balance_bytes_min: the default 1GiB is more than this data")
     args = ap.parse_args()
 
     hosts, points = 10, 5
@@ -94,7 +104,8 @@ def main():
                    QUIVER_CLUSTER_SECRET=SECRET,
                    QUIVER_CLUSTER_DATA_GROUPS=str(args.groups),
                    QUIVER_CLUSTER_REPLICATION=str(args.replication),
-                   QUIVER_STORAGE_FLUSH_AGE_MS="1000", QUIVER_LOG_LEVEL="warn")
+                   QUIVER_CLUSTER_BALANCE_BYTES_MIN=args.balance_bytes_min,
+                   QUIVER_STORAGE_FLUSH_AGE_MS="1000", QUIVER_LOG_LEVEL="info")
         out = open(os.path.join(data, "node.log"), "ab")
         procs.append(subprocess.Popen(
             [args.bin, "serve", "--auth", "none", "--http-addr", f"127.0.0.1:{port}",
@@ -165,6 +176,46 @@ def main():
         time.sleep(0.5)
     time.sleep(2)  # let every replica's flush of the last rows land
 
+    # Wait until the byte balance has made its moves: no move started for two of its
+    # check intervals (10 s each).
+    def moves(name):
+        total = 0.0
+        for url in urls:
+            for line in requests.get(f"{url}/metrics", timeout=30).text.splitlines():
+                if line.startswith(name + " ") or line.startswith(name + "{"):
+                    total += float(line.rsplit(" ", 1)[1])
+        return total
+    settle_deadline = time.monotonic() + 300
+    last, quiet_since = None, time.monotonic()
+    while time.monotonic() < settle_deadline:
+        now = (moves("quiver_group_moves_started_total"), moves("quiver_group_moves_finished_total"))
+        if now != last:
+            last, quiet_since = now, time.monotonic()
+        elif now[0] == now[1] and time.monotonic() - quiet_since > 25:
+            break
+        time.sleep(1)
+    moves_made = int(last[1]) if last else 0
+
+    # Superseded files (merge inputs) leave the disk some time after the merge; wait
+    # until each node's Parquet bytes are its live files' (those its catalog lists).
+    def live_and_disk(i):
+        groups = requests.get(f"{urls[i]}/api/v1/cluster/groups", timeout=30).json()["groups"]
+        held = [g for g in groups if g.get("held_here") and g["role"] == "data"]
+        data_dir = os.path.join(work, f"n{i + 1}", "data", "groups")
+        disk = sum(parquet_bytes(os.path.join(data_dir, str(g["id"]))) for g in held)
+        return sum(g["bytes"] for g in held), disk
+    gc_deadline = time.monotonic() + 300
+    while time.monotonic() < gc_deadline:
+        pairs = [live_and_disk(i) for i in range(len(urls))]
+        if all(disk <= live * 1.01 for live, disk in pairs):
+            break
+        time.sleep(2)
+    log("live / on-disk Parquet bytes per node:", pairs)
+
+    balance_views = [requests.get(f"{url}/api/v1/cluster/balance", timeout=30).json() for url in urls]
+    balance_view = next((v for v in balance_views if v.get("decides")), balance_views[0])
+    log("balance as the metadata leader sees it:", json.dumps(balance_view))
+
     per_node = []
     group_bytes = {}
     for i, url in enumerate(urls):
@@ -190,6 +241,7 @@ def main():
         "nodes": args.nodes, "data_groups": args.groups, "replication": args.replication,
         "rows": rows, "seconds": round(elapsed, 1), "rows_per_s": round(rows / elapsed),
         "failed_batches": len(failures), "data_bytes_one_replica": round(data_bytes),
+        "balance_moves": moves_made,
         "max_leads": max(n["leads"] for n in per_node),
         "cpu_s_per_million_rows_summed": round(sum(n["cpu_s_per_million_rows"] for n in per_node), 2),
         "cpu_s_per_million_rows_max_node": max(n["cpu_s_per_million_rows"] for n in per_node),

@@ -247,6 +247,16 @@ pub struct ClusterSection {
     /// cluster's nodes only: calls carry the cluster secret). Needed with
     /// `query_workers`.
     pub query_worker_addr: Option<String>,
+    /// Whether nodes hand data group leadership to each other until none leads more
+    /// than its share (`ceil(groups / nodes)`); `false` pauses it, leaving leaders where
+    /// elections put them.
+    pub balance_leaders: bool,
+    /// Whether the metadata leader moves data group replicas until every node stores
+    /// within 10 % of the mean of the nodes' bytes; `false` pauses it.
+    pub balance_replicas: bool,
+    /// Below this much data (one replica of every group) replicas are not moved for
+    /// balance: a young cluster's sizes say little.
+    pub balance_bytes_min: u64,
 }
 
 impl Default for ClusterSection {
@@ -261,6 +271,9 @@ impl Default for ClusterSection {
             replication: 3,
             query_workers: String::new(),
             query_worker_addr: None,
+            balance_leaders: true,
+            balance_replicas: true,
+            balance_bytes_min: 1 << 30,
         }
     }
 }

@@ -89,6 +89,18 @@ pub async fn serve(config: Config) -> Result<()> {
             data_duties,
         ));
         background.push(tokio::spawn(tend_moves(Arc::clone(&mover))));
+        if config.cluster.balance_replicas {
+            background.push(tokio::spawn(balance_replicas(
+                Arc::clone(&mover),
+                config.cluster.balance_bytes_min,
+            )));
+        }
+        if config.cluster.balance_leaders {
+            background.push(tokio::spawn(balance_leaders(
+                Arc::clone(&mover),
+                config.cluster.node_id,
+            )));
+        }
         background.push(tokio::spawn(keep_remote_groups(
             groups.clone(),
             data_dir.clone(),
@@ -417,6 +429,50 @@ async fn tend_moves(mover: Arc<crate::groups::moves::Mover>) {
         mover.promote_joined();
         mover.retire_if_removed().await;
         tokio::time::sleep(std::time::Duration::from_millis(MOVES_CHECK_MS)).await;
+    }
+}
+
+/// Moves data group replicas until the nodes' bytes are even (see
+/// `src/groups/moves/balance.rs`); acts only on the metadata leader; paused with
+/// `cluster.balance_replicas = false`.
+async fn balance_replicas(mover: Arc<crate::groups::moves::Mover>, bytes_min: u64) {
+    use crate::groups::moves::balance::{AFTER_A_MOVE, BALANCE_CHECK};
+    let mut pause = BALANCE_CHECK;
+    loop {
+        tokio::time::sleep(pause).await;
+        pause = match mover.balance_bytes(bytes_min).await {
+            Some(m) => {
+                tracing::info!(
+                    group = m.group,
+                    from = m.from,
+                    to = m.to,
+                    "moved a replica to even out the nodes' bytes"
+                );
+                AFTER_A_MOVE
+            }
+            None => BALANCE_CHECK,
+        };
+    }
+}
+
+/// How often a node looks whether it leads more data groups than its share; offset
+/// per node so two nodes rarely hand over at the same moment.
+const LEADER_BALANCE_MS: u64 = 2_000;
+
+/// Hands data group leadership to nodes leading fewer, one group per round (see
+/// `src/groups/moves/leaders.rs`); paused with `cluster.balance_leaders = false`.
+async fn balance_leaders(mover: Arc<crate::groups::moves::Mover>, node_id: u64) {
+    let offset = (node_id % 8) * LEADER_BALANCE_MS / 8;
+    tokio::time::sleep(std::time::Duration::from_millis(LEADER_BALANCE_MS + offset)).await;
+    loop {
+        if let Some((group, to)) = mover.balance_leaders().await {
+            tracing::info!(
+                group,
+                to,
+                "handed a group's leadership to a node leading fewer"
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(LEADER_BALANCE_MS)).await;
     }
 }
 

@@ -37,6 +37,18 @@ pub enum LeaderRequest {
         /// Members to remove.
         remove: BTreeSet<NodeId>,
     },
+    /// Hand leadership to voter `to` (see `RaftNode::hand_over`): a move asks this
+    /// before removing a replica that leads, so no write is left pending on it.
+    HandOver {
+        /// The voter to lead next.
+        to: NodeId,
+    },
+    /// Sent by a leader handing leadership over to the voter that should lead next
+    /// (`RaftNode::hand_over`), not to a leader: stand for election now.
+    StandForElection {
+        /// The leader's last log index, which the voter's log must hold.
+        last_log_index: u64,
+    },
 }
 
 /// The leader's answer.
@@ -55,4 +67,6 @@ pub enum LeaderAnswer {
     ReadIndex(Option<u64>),
     /// The membership change is committed.
     MembershipChanged,
+    /// The voter asked to stand for election did.
+    Standing,
 }

@@ -46,7 +46,9 @@ pub use network::{
     paths as raft_paths, HttpNetworkFactory, HttpPeer, ReplicationLimits, Takers,
     ENTRIES_REFUSED_PREFIX,
 };
-pub use node::{PeerState, RaftConfig, RaftNode, Seams, MEMBERSHIP_TIMEOUT_MS, PEER_STATE_PATH};
+pub use node::{
+    HandoverError, PeerState, RaftConfig, RaftNode, Seams, MEMBERSHIP_TIMEOUT_MS, PEER_STATE_PATH,
+};
 pub use peer_client::{
     base_url, peer_base_url, secret_matches, PeerClient, PeerError, PeerTls, PeerTransport,
     INTERNAL_CONTENT_TYPE, SECRET_HEADER,

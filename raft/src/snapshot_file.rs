@@ -137,6 +137,24 @@ fn remove_others(dir: &Path, keep: &Path) -> Result<(), SnapshotFileError> {
     Ok(())
 }
 
+impl SnapshotFileError {
+    /// Whether the file was gone: a newer snapshot replaced it between listing the
+    /// directory and opening it.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, SnapshotFileError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+    }
+}
+
+/// Opens a snapshot to send it: its metadata, and the file positioned at its start.
+/// Once open, the file stays readable even if a newer snapshot deletes it.
+pub fn open_snapshot(path: &Path) -> Result<(SnapshotMeta, fs::File), SnapshotFileError> {
+    use std::io::{Seek, SeekFrom};
+    let mut file = fs::File::open(path).map_err(io(path))?;
+    let meta = read_meta_from(path, &mut BufReader::new(&file))?;
+    file.seek(SeekFrom::Start(0)).map_err(io(path))?;
+    Ok((meta, file))
+}
+
 /// The newest complete snapshot file, if any.
 pub fn latest_snapshot(dir: &Path) -> Result<Option<PathBuf>, SnapshotFileError> {
     if !dir.exists() {
@@ -318,6 +336,29 @@ mod tests {
             .collect();
         assert_eq!(names, std::slice::from_ref(&second));
         assert_eq!(read_meta(&second).unwrap(), meta_at(9));
+    }
+
+    #[test]
+    fn a_snapshot_opened_to_send_stays_whole_after_a_newer_one_replaces_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = MemoryImage::default();
+        let first = write_snapshot(dir.path(), &meta_at(5), &image).unwrap();
+        let bytes = fs::read(&first).unwrap();
+        let (meta, mut file) = open_snapshot(&first).unwrap();
+        assert_eq!(meta, meta_at(5));
+        // The builder writes the next one and deletes this one meanwhile.
+        let second = write_snapshot(dir.path(), &meta_at(9), &image).unwrap();
+        assert!(!first.exists());
+        let mut sent = Vec::new();
+        file.read_to_end(&mut sent).unwrap();
+        assert_eq!(
+            sent, bytes,
+            "the open file is sent whole, from its first byte"
+        );
+        // Listed before the replacement, opened after: gone, and said so.
+        let gone = open_snapshot(&first).unwrap_err();
+        assert!(gone.is_not_found(), "{gone}");
+        assert_eq!(open_snapshot(&second).unwrap().0, meta_at(9));
     }
 
     #[test]

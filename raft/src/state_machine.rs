@@ -22,7 +22,7 @@ use crate::command::{Command, CommandResult};
 use crate::file_transfer::fetch_file;
 use crate::peer_client::PeerClient;
 use crate::snapshot_file::{
-    latest_snapshot, read_meta, read_snapshot, read_snapshot_from, snapshot_dir, write_snapshot,
+    latest_snapshot, open_snapshot, read_snapshot, read_snapshot_from, snapshot_dir, write_snapshot,
 };
 use crate::types::{
     Entry, LogId, NodeId, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
@@ -430,23 +430,38 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        let Some(path) =
-            latest_snapshot(&self.dir).map_err(|e| snapshot_err(ErrorVerb::Read, e))?
-        else {
-            return Ok(None);
-        };
-        let meta = read_meta(&path).map_err(|e| snapshot_err(ErrorVerb::Read, e))?;
-        // openraft asks for the current snapshot to send it to a follower.
-        self.storage.snapshot_handed_out();
-        let file = tokio::fs::File::open(&path)
-            .await
-            .map_err(|e| snapshot_err(ErrorVerb::Read, e))?;
-        Ok(Some(Snapshot {
-            meta,
-            snapshot: Box::new(file),
-        }))
+        // The builder runs beside this and deletes the snapshot it supersedes: one listed
+        // here may be gone when opened (a learner being sent a snapshot while the next
+        // was built stopped the whole node once). Then the newer one is the current.
+        let mut attempts = 0;
+        loop {
+            let Some(path) =
+                latest_snapshot(&self.dir).map_err(|e| snapshot_err(ErrorVerb::Read, e))?
+            else {
+                return Ok(None);
+            };
+            match open_snapshot(&path) {
+                Ok((meta, file)) => {
+                    // openraft asks for the current snapshot to send it to a follower.
+                    self.storage.snapshot_handed_out();
+                    return Ok(Some(Snapshot {
+                        meta,
+                        snapshot: Box::new(tokio::fs::File::from_std(file)),
+                    }));
+                }
+                Err(e) if e.is_not_found() && attempts < SNAPSHOT_OPEN_ATTEMPTS => {
+                    attempts += 1;
+                    metrics::counter!("quiver_snapshot_opens_retried_total").increment(1);
+                }
+                Err(e) => return Err(snapshot_err(ErrorVerb::Read, e)),
+            }
+        }
     }
 }
+
+/// How often the current snapshot is looked up again when the one listed was replaced
+/// before it could be opened (each retry means a newer snapshot was just written).
+const SNAPSHOT_OPEN_ATTEMPTS: u32 = 16;
 
 /// Builds a snapshot from a state captured between two applies.
 pub struct SnapshotBuilder {

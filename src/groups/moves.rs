@@ -30,6 +30,9 @@ use tokio::task::JoinHandle;
 
 use super::{group_dirs, members_cache, DataGroup, Group, Groups, RemoteGroup};
 
+pub mod balance;
+pub mod leaders;
+
 /// Paths of the calls between nodes, before the group's prefix is put in.
 pub mod paths {
     /// Start the group here as a learner-to-be.
@@ -261,7 +264,16 @@ impl Mover {
                 .await
                 .map_err(|e| failed(group, "making the learner a voter", e))?;
         }
-        // 3b. The old replica stops voting and leaves.
+        // 3b. A leaving leader first hands its leadership to the new voter: removed
+        // while leading, the entries it had taken would end with outcomes unknown to
+        // their writers (504). Best effort: the removal is safe either way.
+        if local.node.raft.metrics().borrow().current_leader == Some(from) {
+            if let Err(e) = local.node.ask_leader_to_hand_over(to).await {
+                tracing::info!(group, from, to, error = %e,
+                    "the leaving replica leads and did not hand over; removing it all the same");
+            }
+        }
+        // 3c. The old replica stops voting and leaves.
         local
             .node
             .change_voters(Default::default(), [from].into())

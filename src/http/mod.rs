@@ -135,6 +135,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/api/v1/cluster/drain", post(moves::drain))
         .route("/api/v1/cluster/rebalance", post(moves::rebalance))
+        .route("/api/v1/cluster/balance", get(moves::balance))
         .route("/api/v1/backup", get(backup::describe))
         .route(
             "/api/v1/backup/groups/{group}/snapshot",
@@ -228,4 +229,8 @@ fn internal_router() -> Router<AppState> {
         .route("/internal/groups/{group}/host", post(moves::host))
         .route("/internal/groups/{group}/retire", post(moves::retire))
         .route("/internal/groups/{group}/move", post(moves::drive))
+        .route(
+            crate::groups::moves::leaders::LEADING_PATH,
+            post(moves::leading),
+        )
 }

@@ -124,6 +124,42 @@ pub async fn rebalance(
     })))
 }
 
+/// `GET /api/v1/cluster/balance` (read): the byte balance as this node sees it: each
+/// group's members and bytes, each node's bytes and share of the mean, and the move the
+/// metadata leader would make next (`null`: none).
+pub async fn balance(
+    State(app): State<AppState>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    app.auth
+        .check_request(&headers, &params, Permission::Read)?;
+    let mover = mover(&app)?;
+    let holdings = mover.holdings();
+    let loads = holdings.loads();
+    let mean = loads.values().sum::<u64>() as f64 / loads.len().max(1) as f64;
+    let next = holdings.next_move(crate::groups::moves::balance::TOLERANCE);
+    Ok(Json(json!({
+        "success": true,
+        "node_id": app.config.cluster.node_id,
+        "decides": app.groups.first().node.is_leader(),
+        "paused": !app.config.cluster.balance_replicas,
+        "bytes_min": app.config.cluster.balance_bytes_min,
+        "tolerance": crate::groups::moves::balance::TOLERANCE,
+        "groups": holdings.members.iter().map(|(g, m)| json!({
+            "id": g,
+            "members": m,
+            "bytes": holdings.bytes.get(g),
+        })).collect::<Vec<_>>(),
+        "nodes": loads.iter().map(|(n, l)| json!({
+            "node_id": n,
+            "bytes": l,
+            "of_mean": if mean > 0.0 { *l as f64 / mean } else { 0.0 },
+        })).collect::<Vec<_>>(),
+        "next_move": next.map(|m| json!({"group": m.group, "from": m.from, "to": m.to})),
+    })))
+}
+
 /// `POST /internal/groups/{group}/host`: start the group here, waiting to be added.
 pub async fn host(
     State(app): State<AppState>,
@@ -198,4 +234,18 @@ pub async fn drive(
         other => other.map_err(|e| e.to_string()),
     };
     encode(&answer)
+}
+
+/// `POST /internal/leading`: the data groups this node leads, for another node
+/// spreading leaders (`src/groups/moves/leaders.rs`).
+pub async fn leading(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    if let Err(response) = authorized_body::<()>(&app, &headers, body, SMALL_BODY_BYTES_MAX).await {
+        return response;
+    }
+    let led: Vec<GroupId> = app
+        .mover
+        .as_ref()
+        .map(|m| m.leading_here())
+        .unwrap_or_default();
+    encode(&led)
 }

@@ -461,3 +461,136 @@ async fn a_node_that_holds_no_replica_finds_a_group_after_every_first_member_mov
         .await;
     every_node_reads(&[&nodes[4]], 10).await;
 }
+
+/// Bytes each node stores as `node` lists the groups: the sum of the sizes of the
+/// groups it is a member of.
+async fn loads_as_seen_by(node: &Node, groups: u64, nodes: u64) -> Vec<u64> {
+    let r = node
+        .client
+        .get(format!("{}/api/v1/cluster/groups", node.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("groups request");
+    let body: Value = r.json().await.expect("groups json");
+    let mut loads = vec![0u64; nodes as usize];
+    for g in body["groups"].as_array().cloned().unwrap_or_default() {
+        let id = g["id"].as_u64().unwrap_or(0);
+        if !(1..=groups).contains(&id) {
+            continue;
+        }
+        let bytes = g["bytes"].as_u64().unwrap_or(0);
+        for member in g["members"].as_array().cloned().unwrap_or_default() {
+            if let Some(m) = member.as_u64().filter(|m| (1..=nodes).contains(m)) {
+                loads[(m - 1) as usize] += bytes;
+            }
+        }
+    }
+    loads
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_added_to_a_cluster_holding_data_receives_replicas_by_itself() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = [
+        ("QUIVER_CLUSTER_DATA_GROUPS", "4".to_string()),
+        ("QUIVER_CLUSTER_REPLICATION", "3".to_string()),
+        ("QUIVER_STORAGE_FLUSH_AGE_MS", "300".to_string()),
+        // Any data is enough to balance here (the default waits for 1 GiB).
+        ("QUIVER_CLUSTER_BALANCE_BYTES_MIN", "1".to_string()),
+    ];
+    let four = specs(dir.path(), 4, &env);
+    let first_three = four[..3]
+        .iter()
+        .enumerate()
+        .map(|(i, s)| format!("{}=http://127.0.0.1:{}", i + 1, s.port))
+        .collect::<Vec<_>>()
+        .join(",");
+    let four: Vec<_> = four
+        .into_iter()
+        .map(|s| s.with("QUIVER_CLUSTER_PEERS", &first_three))
+        .collect();
+    let mut nodes = start(four[..3].to_vec()).await;
+    write_all(&nodes, 0..12).await;
+    // Three nodes, three replicas: every node holds every group, so nothing moves.
+    nodes[0]
+        .wait_for(
+            "every group's rows in Parquet",
+            Duration::from_secs(60),
+            || async {
+                (1..=4).all(|g| {
+                    count_parquet(&nodes[0].spec.data_dir.join("groups").join(g.to_string())) > 0
+                })
+            },
+        )
+        .await;
+
+    nodes.push(Node::spawn(four[3].clone()));
+    let newcomer = nodes[3].url.clone();
+    for (path, request) in [
+        (
+            "/api/v1/cluster/add-learner",
+            format!(r#"{{"node_id": 4, "addr": "{newcomer}"}}"#),
+        ),
+        (
+            "/api/v1/cluster/promote",
+            r#"{"node_ids": [4]}"#.to_string(),
+        ),
+    ] {
+        let (status, text, _) = nodes[0]
+            .post(
+                path,
+                &[("content-type", "application/json")],
+                request.into_bytes(),
+            )
+            .await;
+        assert_eq!(status, 200, "{path}: {text}\n{}", nodes[0].log_tail());
+    }
+    nodes[3].wait_ready().await;
+
+    // No one asks for a rebalance: the metadata leader sees node 4 holding nothing and
+    // moves replicas to it, files included, while writes go on.
+    let writes = write_all(&nodes, 12..40);
+    let received = nodes[3].wait_for(
+        "node 4 holding replicas with their files",
+        Duration::from_secs(120),
+        || async {
+            let mut with_files = 0;
+            for g in 1..=4u64 {
+                let dir = nodes[3].spec.data_dir.join("groups").join(g.to_string());
+                if group_as_seen_by(&nodes[3], g).await.1 && count_parquet(&dir) > 0 {
+                    with_files += 1;
+                }
+            }
+            with_files >= 2
+        },
+    );
+    tokio::join!(writes, received);
+    let all: Vec<&Node> = nodes.iter().collect();
+    every_node_reads(&all, 40).await;
+
+    // The moves narrowed the nodes' spread of bytes: node 4 holds at least half the
+    // mean, no node more than 1.5 times it.
+    nodes[0]
+        .wait_for(
+            "the nodes' bytes evened out",
+            Duration::from_secs(60),
+            || async {
+                let loads = loads_as_seen_by(&nodes[0], 4, 4).await;
+                let mean = loads.iter().sum::<u64>() as f64 / 4.0;
+                mean > 0.0
+                    && loads
+                        .iter()
+                        .all(|l| (*l as f64) >= 0.5 * mean && (*l as f64) <= 1.5 * mean)
+            },
+        )
+        .await;
+    let mut moved = 0.0;
+    for node in &nodes {
+        moved += node
+            .metric("quiver_group_moves_finished_total")
+            .await
+            .max(0.0);
+    }
+    assert!(moved >= 2.0, "moves finished: {moved}");
+}

@@ -6,11 +6,13 @@
 
 mod config;
 mod duties;
+mod leadership;
 mod membership;
 mod propose;
 mod start;
 
 pub use config::{RaftConfig, Seams};
+pub use leadership::HandoverError;
 pub use start::PeerState;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -107,6 +109,8 @@ pub struct RaftNode {
     takers: Takers,
     /// Whether this node refuses entries now (see [`RaftNode::note_takes_entries`]).
     refusing_entries: Arc<AtomicBool>,
+    /// Whether this leader is handing leadership over now (see `leadership.rs`).
+    yielding: Arc<AtomicBool>,
 }
 
 impl RaftNode {

@@ -225,7 +225,30 @@ impl RaftNode {
         request: LeaderRequest,
         deadline: Instant,
     ) -> Result<LeaderAnswer, WriteError> {
+        if let LeaderRequest::StandForElection { last_log_index } = request {
+            return self.stand_for_election(last_log_index).await;
+        }
+        if self.is_yielding() {
+            // Handing leadership over: nothing is done, so the caller waits for the
+            // next leader as during an election.
+            return Err(WriteError::NotLeader {
+                leader: Some(self.config.node_id),
+            });
+        }
         match request {
+            LeaderRequest::HandOver { to } => {
+                if !self.is_leader() {
+                    let leader = self.raft.metrics().borrow().current_leader;
+                    return Err(WriteError::NotLeader { leader });
+                }
+                self.hand_over(to)
+                    .await
+                    .map(|()| LeaderAnswer::Standing)
+                    .map_err(|e| WriteError::Unavailable(e.to_string()))
+            }
+            LeaderRequest::StandForElection { .. } => Err(WriteError::Unavailable(
+                "a request to stand reached the leader's path".into(),
+            )),
             LeaderRequest::Write(command) => {
                 let m = self.raft.metrics().borrow().clone();
                 // Refused before anything is appended: a true 503.
@@ -295,6 +318,11 @@ impl RaftNode {
     ) -> Result<(CommandResult, u64), WriteError> {
         if let Some(fatal) = self.fatal() {
             return Err(WriteError::Unavailable(format!("raft stopped: {fatal}")));
+        }
+        if self.is_yielding() {
+            return Err(WriteError::NotLeader {
+                leader: Some(self.config.node_id),
+            });
         }
         let budget = deadline.saturating_duration_since(Instant::now());
         let mut command = command;

@@ -366,6 +366,7 @@ impl RaftNode {
             covered_at_open,
             takers,
             refusing_entries: Arc::new(AtomicBool::new(false)),
+            yielding: Arc::new(AtomicBool::new(false)),
         })
     }
 
