@@ -123,8 +123,11 @@ def main():
             if time.monotonic() > deadline:
                 raise SystemExit(f"{url} not ready; see {work}")
             time.sleep(0.1)
-    cpu_before = [cpu_seconds(p.pid) for p in procs]
 
+    # Bodies made before the clock starts: making them is slower than the cluster
+    # takes them, and a slow sender inflates each row's share of the nodes' idle work.
+    bodies = [body(b, args.measurements, hosts, points) for b in range(args.batches)]
+    cpu_before = [cpu_seconds(p.pid) for p in procs]
     next_batch = [0]
     lock = threading.Lock()
     failures = []
@@ -138,7 +141,7 @@ def main():
                     return
                 next_batch[0] += 1
             url = urls[batch % len(urls)]
-            text = body(batch, args.measurements, hosts, points)
+            text = bodies[batch]
             for _ in range(20):
                 r = session.post(f"{url}/write?db=db", data=text, timeout=60)
                 if r.status_code == 204:
