@@ -99,6 +99,10 @@ pub struct RemoteGroup {
     /// The member asked first (its node id): the last one that answered, so a read
     /// barrier and the snapshots after it go to the same member.
     preferred: AtomicU64,
+    /// The group's leader as a member last said (0: not known). Changes are sent to
+    /// it first: through another member they would take one more hop, the member
+    /// forwarding the whole entry to the leader.
+    leader: AtomicU64,
     /// The group's tables as last listed (for names; a table is read from a member).
     catalog: RwLock<Vec<TableListing>>,
     /// Longest wait for a member's answer.
@@ -128,6 +132,7 @@ impl RemoteGroup {
             members: RwLock::new(members),
             client: client.for_group(id),
             preferred: AtomicU64::new(0),
+            leader: AtomicU64::new(0),
             catalog: RwLock::new(Vec::new()),
             timeout,
         }
@@ -167,6 +172,16 @@ impl RemoteGroup {
         members
     }
 
+    /// The members, the known leader first (for changes).
+    fn members_leader_first(&self) -> Vec<(u64, String)> {
+        let mut members = self.members();
+        let leader = self.leader.load(Ordering::Relaxed);
+        if let Some(at) = members.iter().position(|(id, _)| *id == leader) {
+            members.rotate_left(at);
+        }
+        members
+    }
+
     /// Asks the members for the group's current voters (its Raft membership) and keeps
     /// them: after a replica moved, rows and reads go to the new members. When none of
     /// the known members is a voter any more (every replica moved while this node was
@@ -193,6 +208,11 @@ impl RemoteGroup {
                 .await
             {
                 Ok(state) if state.members.iter().any(|(m, _)| *m == id) => {
+                    let leader = state
+                        .vote
+                        .filter(|v| v.committed)
+                        .map_or(0, |v| v.leader_id.node_id);
+                    self.leader.store(leader, Ordering::Relaxed);
                     let mut members = state.members;
                     members.sort_unstable();
                     let mut known = self.members.write();
@@ -229,8 +249,13 @@ impl RemoteGroup {
         request: &Req,
         retry: Retry,
     ) -> Result<Resp, PeerError> {
+        let order = match retry {
+            // A change goes to the leader, which commits it without a forward.
+            Retry::OnlyIfRefused => self.members_leader_first(),
+            Retry::Any => self.members_in_order(),
+        };
         let mut last_error = None;
-        for (id, addr) in self.members_in_order() {
+        for (id, addr) in order {
             match self.client.call(&addr, path, request, self.timeout).await {
                 Ok(answer) => {
                     self.preferred.store(id, Ordering::Relaxed);

@@ -585,12 +585,18 @@ async fn a_node_added_to_a_cluster_holding_data_receives_replicas_by_itself() {
             },
         )
         .await;
-    let mut moved = 0.0;
-    for node in &nodes {
-        moved += node
-            .metric("quiver_group_moves_finished_total")
-            .await
-            .max(0.0);
-    }
-    assert!(moved >= 2.0, "moves finished: {moved}");
+    // Both replicas node 4 holds came by finished moves (a move's last step, the old
+    // replica leaving, may still be under way when node 4 already serves the group).
+    nodes[0]
+        .wait_for("two moves finished", Duration::from_secs(60), || async {
+            let mut moved = 0.0;
+            for node in &nodes {
+                moved += node
+                    .metric("quiver_group_moves_finished_total")
+                    .await
+                    .max(0.0);
+            }
+            moved >= 2.0
+        })
+        .await;
 }
