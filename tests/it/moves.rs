@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::cluster_support::{specs, start};
-use crate::common::{Node, TOKEN};
+use crate::common::{Node, NodeSpec, TOKEN};
 use crate::groups::count_files as count_parquet;
 
 const MEASUREMENTS: usize = 12;
@@ -278,30 +278,25 @@ async fn a_replica_moves_with_its_files_and_a_drained_node_ends_up_holding_nothi
     assert!(text.contains("node 9"), "{text}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_added_to_a_running_cluster_takes_its_share_of_the_replicas() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let env = [
-        ("QUIVER_CLUSTER_DATA_GROUPS", "3".to_string()),
-        ("QUIVER_CLUSTER_REPLICATION", "2".to_string()),
-        ("QUIVER_STORAGE_FLUSH_AGE_MS", "300".to_string()),
-    ];
-    // The cluster is nodes 1-3 (each holds two of the six replicas); node 4 is started
-    // later with the same settings and added while the cluster runs.
-    let four = specs(dir.path(), 4, &env);
+/// Specs of four nodes with `env`, whose static voters are the first three: node 4 is
+/// started later and added to the running cluster.
+fn three_and_a_newcomer(dir: &std::path::Path, env: &[(&str, String)]) -> Vec<NodeSpec> {
+    let four = specs(dir, 4, env);
     let first_three = four[..3]
         .iter()
         .enumerate()
         .map(|(i, s)| format!("{}=http://127.0.0.1:{}", i + 1, s.port))
         .collect::<Vec<_>>()
         .join(",");
-    let four: Vec<_> = four
-        .into_iter()
+    four.into_iter()
         .map(|s| s.with("QUIVER_CLUSTER_PEERS", &first_three))
-        .collect();
-    let mut nodes = start(four[..3].to_vec()).await;
-    write_all(&nodes, 0..10).await;
-    nodes.push(Node::spawn(four[3].clone()));
+        .collect()
+}
+
+/// Starts node 4 from `spec` and adds it to the cluster (`add-learner`, `promote`
+/// asked of node 1), waiting until it is ready.
+async fn add_node_four(nodes: &mut Vec<Node>, spec: NodeSpec) {
+    nodes.push(Node::spawn(spec));
     let newcomer = nodes[3].url.clone();
     for (path, request) in [
         (
@@ -323,6 +318,23 @@ async fn a_node_added_to_a_running_cluster_takes_its_share_of_the_replicas() {
         assert_eq!(status, 200, "{path}: {text}\n{}", nodes[0].log_tail());
     }
     nodes[3].wait_ready().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_added_to_a_running_cluster_takes_its_share_of_the_replicas() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = [
+        ("QUIVER_CLUSTER_DATA_GROUPS", "3".to_string()),
+        ("QUIVER_CLUSTER_REPLICATION", "2".to_string()),
+        ("QUIVER_STORAGE_FLUSH_AGE_MS", "300".to_string()),
+    ];
+    // The cluster is nodes 1-3 (each holds two of the six replicas); node 4 is started
+    // later with the same settings and added while the cluster runs.
+    let four = three_and_a_newcomer(dir.path(), &env);
+    let mut nodes = start(four[..3].to_vec()).await;
+    write_all(&nodes, 0..10).await;
+    add_node_four(&mut nodes, four[3].clone()).await;
+    let newcomer = nodes[3].url.clone();
     for group in 1..=3 {
         assert!(
             !group_as_seen_by(&nodes[3], group).await.1,
@@ -499,17 +511,7 @@ async fn a_node_added_to_a_cluster_holding_data_receives_replicas_by_itself() {
         // Any data is enough to balance here (the default waits for 1 GiB).
         ("QUIVER_CLUSTER_BALANCE_BYTES_MIN", "1".to_string()),
     ];
-    let four = specs(dir.path(), 4, &env);
-    let first_three = four[..3]
-        .iter()
-        .enumerate()
-        .map(|(i, s)| format!("{}=http://127.0.0.1:{}", i + 1, s.port))
-        .collect::<Vec<_>>()
-        .join(",");
-    let four: Vec<_> = four
-        .into_iter()
-        .map(|s| s.with("QUIVER_CLUSTER_PEERS", &first_three))
-        .collect();
+    let four = three_and_a_newcomer(dir.path(), &env);
     let mut nodes = start(four[..3].to_vec()).await;
     write_all(&nodes, 0..12).await;
     // Three nodes, three replicas: every node holds every group, so nothing moves.
@@ -525,28 +527,7 @@ async fn a_node_added_to_a_cluster_holding_data_receives_replicas_by_itself() {
         )
         .await;
 
-    nodes.push(Node::spawn(four[3].clone()));
-    let newcomer = nodes[3].url.clone();
-    for (path, request) in [
-        (
-            "/api/v1/cluster/add-learner",
-            format!(r#"{{"node_id": 4, "addr": "{newcomer}"}}"#),
-        ),
-        (
-            "/api/v1/cluster/promote",
-            r#"{"node_ids": [4]}"#.to_string(),
-        ),
-    ] {
-        let (status, text, _) = nodes[0]
-            .post(
-                path,
-                &[("content-type", "application/json")],
-                request.into_bytes(),
-            )
-            .await;
-        assert_eq!(status, 200, "{path}: {text}\n{}", nodes[0].log_tail());
-    }
-    nodes[3].wait_ready().await;
+    add_node_four(&mut nodes, four[3].clone()).await;
 
     // No one asks for a rebalance: the metadata leader sees node 4 holding nothing and
     // moves replicas to it, files included, while writes go on.
