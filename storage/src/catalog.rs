@@ -75,6 +75,10 @@ pub struct CatalogReport {
     /// Files a compaction output replaced (left by a crash before their deletion),
     /// deleted.
     pub superseded_files_deleted: Vec<String>,
+    /// Files the snapshot lists that a compaction it queues replaced after it was
+    /// taken (its output is on disk): not live, but kept on disk until a newer snapshot
+    /// is durable, since this node may still send the snapshot that lists them.
+    pub replaced_since_snapshot: Vec<FileMeta>,
     /// Files live at open.
     pub files: usize,
 }
@@ -310,10 +314,14 @@ async fn open_from_manifest(
             live.push(meta);
         }
     }
-    live.extend(manifest.into_iter().filter(|m| !consumed.contains(&m.path)));
-    // A later queued compaction may consume an earlier one's output. The inputs stay on
-    // disk until the sweep: they were not live at open.
+    let (replaced, listed_live): (Vec<FileMeta>, Vec<FileMeta>) = manifest
+        .into_iter()
+        .partition(|m| consumed.contains(&m.path));
+    live.extend(listed_live);
+    // A later queued compaction may consume an earlier one's output. Such an output is
+    // not listed by the snapshot: it leaves with the sweep.
     live.retain(|m| !consumed.contains(&m.path));
+    report.replaced_since_snapshot = replaced;
     let catalog = match open_sled(dir) {
         Ok(catalog) => catalog,
         Err(e @ Error::CatalogLocked { .. }) => return Err(e),

@@ -265,9 +265,11 @@ impl Storage {
             files,
         )
         .await?;
+        let replaced = catalog_report.replaced_since_snapshot.clone();
         let live_at_open = if sweep_due {
             file_store.record_writes().await;
-            Some(sweep::LiveAtOpen::of(&files))
+            // The replaced files are kept too: they leave as condemned files (below).
+            Some(sweep::LiveAtOpen::of(files.iter().chain(&replaced)))
         } else {
             None
         };
@@ -291,7 +293,7 @@ impl Storage {
             tables: tables.len(),
             catalog: catalog_report,
         };
-        Ok(Storage {
+        let storage = Storage {
             config,
             files: file_store,
             catalog,
@@ -311,7 +313,19 @@ impl Storage {
             live_at_open: parking_lot::Mutex::new(live_at_open),
             unaccounted: parking_lot::Mutex::new(UnaccountedFiles::default()),
             report,
-        })
+        };
+        // Listed by the snapshot this node restarted from, which it may still send to a
+        // peer: deleted once a newer snapshot is durable, like any removed file. Deleted
+        // at once, a follower sent that snapshot could fetch them from no one and failed
+        // its install forever (found by the simulation, seed 138).
+        if !replaced.is_empty() {
+            tracing::info!(
+                files = replaced.len(),
+                "files a compaction replaced after the snapshot are kept until the next one"
+            );
+            storage.condemn(&replaced)?;
+        }
+        Ok(storage)
     }
 
     /// Keeps this node's claim on its bucket prefix alive while it runs (see

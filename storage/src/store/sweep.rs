@@ -88,8 +88,8 @@ const UNACCOUNTED_EXAMPLES_MAX: usize = 10;
 pub(crate) struct LiveAtOpen(HashSet<u64>);
 
 impl LiveAtOpen {
-    pub(crate) fn of(files: &[FileMeta]) -> LiveAtOpen {
-        LiveAtOpen(files.iter().map(|f| path_hash(&f.path)).collect())
+    pub(crate) fn of<'a>(files: impl IntoIterator<Item = &'a FileMeta>) -> LiveAtOpen {
+        LiveAtOpen(files.into_iter().map(|f| path_hash(&f.path)).collect())
     }
 
     fn contains(&self, path: &str) -> bool {

@@ -423,3 +423,91 @@ async fn a_clock_that_jumped_ahead_does_not_drop_live_files() {
     );
     assert!(jumped > in_step - day, "{jumped} {in_step}");
 }
+
+/// A snapshot taken while a compaction was queued lists the compaction's inputs; the
+/// compaction runs after it, and the node restarts from that snapshot. The inputs are
+/// not live (the output on disk replaced them) but stay on disk, through the sweep,
+/// until a newer snapshot is durable: this node may still send the old snapshot to a
+/// follower, which then fetches them from it. Deleted at open, such a follower could
+/// fetch them from no one and failed its install forever (the raft simulation, seed 138).
+#[tokio::test]
+async fn inputs_the_restart_snapshot_lists_stay_on_disk_until_a_newer_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let image;
+    let inputs: Vec<String>;
+    {
+        let s = Storage::open(config(dir.path())).await.unwrap();
+        s.apply_write(
+            LogIndex(1),
+            "db",
+            &[("cpu".into(), batch(&[T0, T0 + HOUR, T0 + HOUR + 1]))],
+        )
+        .unwrap();
+        s.apply_flush(LogIndex(2), &[key()]);
+        assert!(s.persist_next().await.unwrap());
+        s.apply_write(LogIndex(3), "db", &[("cpu".into(), batch(&[T0 + 5]))])
+            .unwrap();
+        s.apply_flush(LogIndex(4), &[key()]);
+        assert!(s.persist_next().await.unwrap());
+        let plan = s
+            .compaction_candidates(TimestampNs(T0 + 3 * HOUR))
+            .into_iter()
+            .next()
+            .expect("hour 10 is closed and has two files");
+        inputs = plan.inputs.iter().map(|i| i.path.clone()).collect();
+        s.apply_compact(LogIndex(5), plan);
+        // The snapshot: three files listed, the merge queued.
+        image = s.memory_image();
+        assert_eq!(image.files.len(), 3);
+        assert_eq!(image.compactions.len(), 1);
+        assert!(s.compact_next().await.unwrap());
+        // Crash before another snapshot: the inputs are still on disk.
+    }
+    let parquet = dir.path().join("parquet");
+    let reopen = || async {
+        Storage::open_with(
+            config(dir.path()),
+            FileSet::Manifest {
+                files: image.files.clone(),
+                jobs: image.compactions.clone(),
+            },
+        )
+        .await
+        .unwrap()
+    };
+    let s = reopen().await;
+    // Live: the output and hour 11's file; the inputs are not, and the rows are whole.
+    assert_eq!(s.table("db", "cpu").unwrap().files.all().len(), 2);
+    assert_eq!(rows_in_files(&s), 4);
+    let swept = s.sweep(LogIndex(5)).await.unwrap();
+    assert!(swept.lacking.is_empty(), "{swept:?}");
+    for input in &inputs {
+        assert!(
+            parquet.join(input).exists(),
+            "{input} deleted before a newer snapshot"
+        );
+    }
+    assert_eq!(s.delete_condemned().await, 0);
+    // A crash here and another start from the same snapshot keep them again.
+    drop(s);
+    let s = reopen().await;
+    s.sweep(LogIndex(5)).await.unwrap();
+    assert_eq!(s.delete_condemned().await, 0);
+    for input in &inputs {
+        assert!(
+            parquet.join(input).exists(),
+            "{input} deleted on the second start"
+        );
+    }
+    // A newer snapshot is durable: now they go.
+    let newer = s.memory_image();
+    s.snapshot_durable(newer.generation);
+    assert_eq!(s.delete_condemned().await, 2);
+    for input in &inputs {
+        assert!(
+            !parquet.join(input).exists(),
+            "{input} kept after a newer snapshot"
+        );
+    }
+    assert_eq!(rows_in_files(&s), 4);
+}
