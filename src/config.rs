@@ -257,6 +257,10 @@ pub struct ClusterSection {
     /// Below this much data (one replica of every group) replicas are not moved for
     /// balance: a young cluster's sizes say little.
     pub balance_bytes_min: u64,
+    /// How long the metadata leader waits for a node that stopped answering before it
+    /// moves that node's data group replicas to live nodes (0: never; a restart or a
+    /// short partition should not copy a node's data).
+    pub rereplicate_after_ms: u64,
 }
 
 impl Default for ClusterSection {
@@ -274,6 +278,7 @@ impl Default for ClusterSection {
             balance_leaders: true,
             balance_replicas: true,
             balance_bytes_min: 1 << 30,
+            rereplicate_after_ms: 300_000,
         }
     }
 }

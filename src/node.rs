@@ -95,6 +95,10 @@ pub async fn serve(config: Config) -> Result<()> {
                 config.cluster.balance_bytes_min,
             )));
         }
+        background.push(tokio::spawn(replace_dead_replicas(
+            Arc::clone(&mover),
+            config.cluster.rereplicate_after_ms,
+        )));
         if config.cluster.balance_leaders {
             background.push(tokio::spawn(balance_leaders(
                 Arc::clone(&mover),
@@ -452,6 +456,31 @@ async fn balance_replicas(mover: Arc<crate::groups::moves::Mover>, bytes_min: u6
             }
             None => BALANCE_CHECK,
         };
+    }
+}
+
+/// Probes the nodes from the metadata leader and moves the replicas of a node silent
+/// for `after_ms` to live nodes (see `src/groups/moves/repair.rs`); with `after_ms = 0`
+/// nodes are still probed (the byte balance waits while one is down) but nothing moves.
+async fn replace_dead_replicas(mover: Arc<crate::groups::moves::Mover>, after_ms: u64) {
+    use crate::groups::moves::repair::PROBE_EVERY;
+    loop {
+        tokio::time::sleep(PROBE_EVERY).await;
+        if after_ms == 0 {
+            mover.probe_nodes().await;
+            continue;
+        }
+        if let Some(m) = mover
+            .replace_dead_replicas(std::time::Duration::from_millis(after_ms))
+            .await
+        {
+            tracing::warn!(
+                group = m.group,
+                from = m.from,
+                to = m.to,
+                "moved a dead node's replica to a live node"
+            );
+        }
     }
 }
 

@@ -32,6 +32,7 @@ use super::{group_dirs, members_cache, DataGroup, Group, Groups, RemoteGroup};
 
 pub mod balance;
 pub mod leaders;
+pub mod repair;
 
 /// Paths of the calls between nodes, before the group's prefix is put in.
 pub mod paths {
@@ -118,6 +119,8 @@ pub struct Mover {
     /// When each running group was last seen without a leader or with this node leaving
     /// it, for [`Mover::retire_if_removed`].
     leaderless_since: parking_lot::Mutex<BTreeMap<GroupId, std::time::Instant>>,
+    /// The nodes found down, kept on the metadata leader (see [`repair`]).
+    liveness: parking_lot::Mutex<repair::Liveness>,
 }
 
 /// How long a group runs here without a leader (or with this node leaving it) before
@@ -149,6 +152,7 @@ impl Mover {
             changing: tokio::sync::Mutex::new(()),
             driving: parking_lot::Mutex::new(Default::default()),
             leaderless_since: parking_lot::Mutex::new(BTreeMap::new()),
+            liveness: parking_lot::Mutex::new(repair::Liveness::default()),
         }
     }
 

@@ -156,7 +156,17 @@ pub async fn balance(
             "bytes": l,
             "of_mean": if mean > 0.0 { *l as f64 / mean } else { 0.0 },
         })).collect::<Vec<_>>(),
-        "next_move": next.map(|m| json!({"group": m.group, "from": m.from, "to": m.to})),
+        "next_move": if mover.nodes_down().is_empty() {
+            next.map(|m| json!({"group": m.group, "from": m.from, "to": m.to}))
+        } else {
+            None
+        },
+        "nodes_down": mover.nodes_down().iter().map(|(n, d)| json!({
+            "node_id": n,
+            "down_ms": d.as_millis() as u64,
+        })).collect::<Vec<_>>(),
+        "under_replicated": mover.under_replicated(),
+        "rereplicate_after_ms": app.config.cluster.rereplicate_after_ms,
     })))
 }
 

@@ -35,6 +35,7 @@ mod query_functions;
 mod query_http;
 mod query_safety;
 mod query_values;
+mod repair;
 mod restart;
 mod sizing;
 mod sizing_run;

@@ -34,7 +34,7 @@ fn body(batch: usize) -> String {
 /// next leader after one left) is resent with the same key until a deadline, and the
 /// counts the tests check then prove each batch stored exactly once. Anything else
 /// fails the test.
-async fn write_all(nodes: &[Node], batches: std::ops::Range<usize>) {
+pub(crate) async fn write_all(nodes: &[Node], batches: std::ops::Range<usize>) {
     for batch in batches {
         let node = &nodes[batch % nodes.len()];
         let key = format!("moves-batch-{batch}");
@@ -61,7 +61,7 @@ async fn write_all(nodes: &[Node], batches: std::ops::Range<usize>) {
 }
 
 /// Rows per measurement as one node reads them (-1: the query failed).
-async fn counts(node: &Node) -> BTreeMap<String, i64> {
+pub(crate) async fn counts(node: &Node) -> BTreeMap<String, i64> {
     let mut out = BTreeMap::new();
     for m in 0..MEASUREMENTS {
         let (status, answer) = node
@@ -77,13 +77,13 @@ async fn counts(node: &Node) -> BTreeMap<String, i64> {
     out
 }
 
-fn expected(batches: usize) -> BTreeMap<String, i64> {
+pub(crate) fn expected(batches: usize) -> BTreeMap<String, i64> {
     (0..MEASUREMENTS)
         .map(|m| (format!("m{m}"), (batches * ROWS_PER_LINE_GROUP) as i64))
         .collect()
 }
 
-async fn every_node_reads(nodes: &[&Node], batches: usize) {
+pub(crate) async fn every_node_reads(nodes: &[&Node], batches: usize) {
     for node in nodes {
         node.wait_for(
             "every row, read on this node",
@@ -95,7 +95,7 @@ async fn every_node_reads(nodes: &[&Node], batches: usize) {
 }
 
 /// `(members, held_here)` of data group `group` as `node` lists it.
-async fn group_as_seen_by(node: &Node, group: u64) -> (Vec<u64>, bool) {
+pub(crate) async fn group_as_seen_by(node: &Node, group: u64) -> (Vec<u64>, bool) {
     let r = node
         .client
         .get(format!("{}/api/v1/cluster/groups", node.url))
@@ -117,7 +117,7 @@ async fn group_as_seen_by(node: &Node, group: u64) -> (Vec<u64>, bool) {
     (members, entry["held_here"] == true)
 }
 
-async fn wait_for_members(nodes: &[&Node], group: u64, members: &[u64]) {
+pub(crate) async fn wait_for_members(nodes: &[&Node], group: u64, members: &[u64]) {
     for node in nodes {
         node.wait_for(
             &format!("group {group} listed with members {members:?}"),
@@ -128,7 +128,7 @@ async fn wait_for_members(nodes: &[&Node], group: u64, members: &[u64]) {
     }
 }
 
-fn group_dir_exists(node: &Node, group: u64) -> bool {
+pub(crate) fn group_dir_exists(node: &Node, group: u64) -> bool {
     node.spec
         .data_dir
         .join("groups")

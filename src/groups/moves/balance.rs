@@ -133,6 +133,11 @@ impl Mover {
         if !self.groups.first().node.is_leader() {
             return None;
         }
+        // A node down would count with its replicas and could be picked as a target;
+        // re-replication (`repair`) goes first.
+        if !self.nodes_down().is_empty() {
+            return None;
+        }
         let holdings = self.holdings();
         if holdings.bytes.values().sum::<u64>() < bytes_min
             || holdings.members.values().any(|m| m.is_empty())
