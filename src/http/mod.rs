@@ -24,6 +24,7 @@ pub mod server;
 mod tokens;
 mod ui;
 mod write;
+mod write_parts;
 
 pub use admission::{VolumeWatch, WriteBudget};
 pub use backup::{SNAPSHOT_INDEX_HEADER, SNAPSHOT_TERM_HEADER};

@@ -28,13 +28,12 @@ use arrow::record_batch::RecordBatch;
 use axum::body::Body;
 use axum::http::{HeaderMap, StatusCode};
 use bytes::Bytes;
-use quiver_raft::{CommandResult, LeaderRequest, WriteCommand, WriteError};
+use quiver_raft::{CommandResult, WriteCommand, WriteError};
 
 use super::admission::{admit, charge_error, RETRY_AFTER_S};
 use super::body::{decompress, read_limited};
 use super::error::{ApiError, RejectedLine};
 use super::AppState;
-use crate::groups::Route;
 
 /// What a format's decode step produced from one body.
 pub struct Decoded {
@@ -284,57 +283,15 @@ pub fn database_of(
 
 /// Proposes a decoded write and waits for it to be committed and applied: as one
 /// entry of its group, or, when its measurements live in several data groups, as one
-/// entry per group, proposed in parallel (see [`combine_parts`]).
+/// entry per group, proposed again while that can still make it whole (see
+/// `write_parts.rs`).
 async fn propose(app: &AppState, command: WriteCommand) -> Result<(), ApiError> {
-    if !app.groups.is_sharded() {
-        return written(app.node.write(command).await);
-    }
-    let WriteCommand {
-        database,
-        tables,
-        new_database_retention_ns,
-        write_id,
-        ..
-    } = command;
-    let parts = app.groups.partition(&database, tables, |t| &t.measurement);
-    let proposals = parts.into_iter().map(|(route, tables)| {
-        let names: Vec<String> = tables.iter().map(|t| t.measurement.clone()).collect();
-        let part = WriteCommand {
-            database: database.clone(),
-            tables,
-            new_database_retention_ns,
-            proposal: 0,
-            // Each group remembers the ids of its own parts.
-            write_id: write_id.clone(),
-        };
-        let id = route.id();
-        let target = match route {
-            Route::Local(group) => Target::Local(group.node.clone()),
-            Route::Remote(remote) => Target::Remote(remote),
-        };
-        async move {
-            let result = match target {
-                Target::Local(node) => node.write(part).await,
-                // A member of the group forwards it to the group's leader.
-                Target::Remote(remote) => remote.commit(LeaderRequest::Write(part)).await,
-            };
-            (id, names, written(result))
-        }
-    });
-    combine_parts(futures::future::join_all(proposals).await)
-}
-
-/// Where a part of a write is proposed.
-#[allow(clippy::large_enum_variant)] // one per part of a write, moved once
-enum Target {
-    /// Through this node's Raft instance of the group.
-    Local(quiver_raft::RaftNode),
-    /// Through a member of a group other nodes hold.
-    Remote(std::sync::Arc<crate::groups::RemoteGroup>),
+    let deadline = Instant::now() + Duration::from_millis(app.config.http.write_timeout_ms);
+    super::write_parts::propose_parts(app, command, deadline).await
 }
 
 /// One proposal's answer as the client would get it.
-fn written(result: Result<CommandResult, WriteError>) -> Result<(), ApiError> {
+pub(super) fn written(result: Result<CommandResult, WriteError>) -> Result<(), ApiError> {
     match result {
         Ok(CommandResult::Written { .. }) => Ok(()),
         Ok(CommandResult::Rejected { message }) => Err(ApiError::bad_request(message)),
@@ -343,47 +300,6 @@ fn written(result: Result<CommandResult, WriteError>) -> Result<(), ApiError> {
         ))),
         Err(e) => Err(write_error(e)),
     }
-}
-
-/// The answer to a write proposed in parts, one per data group: 204 only when every
-/// part is durable; when none is, the first part's refusal (each says whether
-/// nothing was written); when some are and others are not, 504 naming which
-/// measurements were written and which were not, since a retry of the whole request
-/// would write the written parts again.
-fn combine_parts(parts: Vec<(u32, Vec<String>, Result<(), ApiError>)>) -> Result<(), ApiError> {
-    let failed = parts.iter().filter(|(_, _, r)| r.is_err()).count();
-    if failed == 0 {
-        return Ok(());
-    }
-    if failed == parts.len() {
-        let mut errors = parts.into_iter().filter_map(|(_, _, r)| r.err());
-        return Err(errors
-            .next()
-            .unwrap_or_else(|| ApiError::internal("no part answered")));
-    }
-    let mut done = Vec::new();
-    let mut not_done = Vec::new();
-    for (group, names, result) in parts {
-        match result {
-            Ok(()) => done.push(format!("{} (group {group})", names.join(", "))),
-            Err(e) => not_done.push(format!(
-                "{} (group {group}: {})",
-                names.join(", "),
-                e.message
-            )),
-        }
-    }
-    metrics::counter!("quiver_writes_partly_committed_total").increment(1);
-    Err(ApiError::with_status(
-        StatusCode::GATEWAY_TIMEOUT,
-        format!(
-            "part of this write was committed and part was not: written: {}; not written: {}. \
-             Resend only the rows of the measurements not written, or the whole request \
-             with the same Idempotency-Key",
-            done.join("; "),
-            not_done.join("; ")
-        ),
-    ))
 }
 
 /// The answer for a proposal that did not commit: 503 when nothing was appended, 504

@@ -19,7 +19,7 @@ fn body(batch: usize) -> String {
 }
 
 /// Who leads each data group, as `node` (a member of every group here) sees it.
-async fn leaders(node: &Node) -> BTreeMap<u64, Option<u64>> {
+pub(crate) async fn leaders(node: &Node) -> BTreeMap<u64, Option<u64>> {
     let r = node
         .client
         .get(format!("{}/api/v1/cluster/groups", node.url))

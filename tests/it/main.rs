@@ -44,4 +44,5 @@ mod telegraf;
 mod telegraf_wire;
 mod tls;
 mod tokens;
+mod write_parts;
 mod writers;

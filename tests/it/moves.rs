@@ -17,7 +17,7 @@ const MEASUREMENTS: usize = 12;
 const ROWS_PER_LINE_GROUP: usize = 20;
 
 /// One body: `ROWS_PER_LINE_GROUP` rows of every measurement, batch `batch`.
-fn body(batch: usize) -> String {
+pub(crate) fn body(batch: usize) -> String {
     let mut out = String::new();
     for m in 0..MEASUREMENTS {
         for r in 0..ROWS_PER_LINE_GROUP {
