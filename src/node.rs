@@ -470,7 +470,9 @@ async fn replace_dead_replicas(mover: Arc<crate::groups::moves::Mover>, after_ms
             mover.probe_nodes().await;
             continue;
         }
-        if let Some(m) = mover
+        // After a move the next replica goes at once (a dead node's groups wait one
+        // move each, not one probe round each).
+        while let Some(m) = mover
             .replace_dead_replicas(std::time::Duration::from_millis(after_ms))
             .await
         {
