@@ -59,8 +59,8 @@ fn rows_in_files(s: &Storage) -> u64 {
 }
 
 /// Segment 1 (log 1..=2) spans hours 10 and 11 (two files); segment 2 (log 3..=4) adds
-/// hour 10 again. Hour 10's two files are merged (entry 5) and the inputs deleted.
-async fn merge_one_hour_of_a_two_hour_segment(s: &Storage) {
+/// hour 10 again.
+async fn write_two_segments(s: &Storage) {
     s.apply_write(
         LogIndex(1),
         "db",
@@ -73,6 +73,12 @@ async fn merge_one_hour_of_a_two_hour_segment(s: &Storage) {
         .unwrap();
     s.apply_flush(LogIndex(4), &[key()]);
     assert!(s.persist_next().await.unwrap());
+}
+
+/// [`write_two_segments`], then hour 10's two files merged (entry 5) and the inputs
+/// deleted.
+async fn merge_one_hour_of_a_two_hour_segment(s: &Storage) {
+    write_two_segments(s).await;
     assert_eq!(s.table("db", "cpu").unwrap().files.all().len(), 3);
     let plan = s
         .compaction_candidates(TimestampNs(T0 + 3 * HOUR))
@@ -437,18 +443,7 @@ async fn inputs_the_restart_snapshot_lists_stay_on_disk_until_a_newer_snapshot()
     let inputs: Vec<String>;
     {
         let s = Storage::open(config(dir.path())).await.unwrap();
-        s.apply_write(
-            LogIndex(1),
-            "db",
-            &[("cpu".into(), batch(&[T0, T0 + HOUR, T0 + HOUR + 1]))],
-        )
-        .unwrap();
-        s.apply_flush(LogIndex(2), &[key()]);
-        assert!(s.persist_next().await.unwrap());
-        s.apply_write(LogIndex(3), "db", &[("cpu".into(), batch(&[T0 + 5]))])
-            .unwrap();
-        s.apply_flush(LogIndex(4), &[key()]);
-        assert!(s.persist_next().await.unwrap());
+        write_two_segments(&s).await;
         let plan = s
             .compaction_candidates(TimestampNs(T0 + 3 * HOUR))
             .into_iter()
