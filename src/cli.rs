@@ -80,6 +80,11 @@ pub struct ServeArgs {
     /// Static voters, 1=URL,2=URL,3=URL (cluster.peers).
     #[arg(long)]
     pub peers: Option<String>,
+    /// A running cluster's node (http://host:port) to join: the cluster's settings are
+    /// taken from it at the first start, and the node is added and given replicas
+    /// (cluster.join).
+    #[arg(long)]
+    pub join: Option<String>,
     /// `none` turns authentication off (local development only).
     #[arg(long)]
     pub auth: Option<String>,

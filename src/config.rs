@@ -226,6 +226,10 @@ pub struct ClusterSection {
     pub node_id: u64,
     /// Static voters, `1=http://host:port,2=...`; empty: a single-voter cluster.
     pub peers: String,
+    /// A running cluster's node to join (`http://host:port`): this node takes the
+    /// cluster's settings from it at its first start, asks to be added, and is given
+    /// replicas. Empty: the node's cluster is `peers`.
+    pub join: String,
     /// Shared secret for `/internal/` traffic.
     pub secret: String,
     /// Address others reach this node at; default: `http.addr`.
@@ -268,6 +272,7 @@ impl Default for ClusterSection {
         ClusterSection {
             node_id: 1,
             peers: String::new(),
+            join: String::new(),
             secret: String::new(),
             advertise_addr: None,
             tls_ca: None,
@@ -448,6 +453,8 @@ pub struct Overrides {
     pub node_id: Option<u64>,
     /// `--peers`
     pub peers: Option<String>,
+    /// `--join`
+    pub join: Option<String>,
     /// `--auth none`
     pub auth_disabled: bool,
     /// `--tls-cert`
@@ -527,6 +534,9 @@ impl Config {
         }
         if let Some(p) = &flags.peers {
             config.cluster.peers = p.clone();
+        }
+        if let Some(url) = &flags.join {
+            config.cluster.join = url.clone();
         }
         if flags.auth_disabled {
             config.auth.enabled = false;
@@ -649,6 +659,7 @@ impl Config {
         if !peers.is_empty() && self.cluster.secret.trim().len() < 16 {
             bail!("cluster.secret (QUIVER_CLUSTER_SECRET) must be set to at least 16 characters when cluster.peers is");
         }
+        crate::join::check_config(self, &peers)?;
         let tls = self.tls_files()?.is_some();
         let https_peers = peers.iter().any(|(_, addr)| addr.starts_with("https://"));
         let other_peers = peers.iter().any(|(id, _)| *id != self.cluster.node_id);

@@ -2,6 +2,8 @@
 
 use anyhow::{anyhow, bail, Result};
 
+use crate::config::Config;
+
 /// A list of nodes, `1=http://host:port,2=...`, parsed and checked (ids unique and at
 /// least 1, addresses `host:port` or `http(s)://host:port`); `key` names it in errors.
 pub fn node_list(key: &str, text: &str) -> Result<Vec<(u64, String)>> {
@@ -30,4 +32,20 @@ pub fn node_list(key: &str, text: &str) -> Result<Vec<(u64, String)>> {
         out.push((id, addr.to_string()));
     }
     Ok(out)
+}
+
+/// The address other nodes reach this node at: `cluster.advertise_addr`, else this
+/// node's entry in `peers`, else `http.addr`.
+pub fn advertised_addr(config: &Config, peers: &[(u64, String)]) -> String {
+    config
+        .cluster
+        .advertise_addr
+        .clone()
+        .or_else(|| {
+            peers
+                .iter()
+                .find(|(id, _)| *id == config.cluster.node_id)
+                .map(|(_, addr)| addr.clone())
+        })
+        .unwrap_or_else(|| config.http.addr.clone())
 }

@@ -17,6 +17,7 @@ mod gate;
 mod groups;
 mod http;
 mod import;
+mod join;
 mod node;
 mod pg;
 mod query_workers;
@@ -105,6 +106,7 @@ fn load_config(args: cli::ServeArgs) -> anyhow::Result<Config> {
         wal_dir: args.wal_dir,
         node_id: args.node_id,
         peers: args.peers,
+        join: args.join,
         auth_disabled,
         tls_cert: args.tls_cert,
         tls_key: args.tls_key,

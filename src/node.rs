@@ -22,7 +22,7 @@ use crate::http::{router, AppInner, AppState, VolumeWatch, WriteBudget};
 use quiver_storage::TableSource;
 
 /// Runs a node until it is told to stop.
-pub async fn serve(config: Config) -> Result<()> {
+pub async fn serve(mut config: Config) -> Result<()> {
     let started = Instant::now();
     let prometheus = crate::telemetry::init_metrics()?;
     let addr = config.http_addr()?;
@@ -49,6 +49,9 @@ pub async fn serve(config: Config) -> Result<()> {
     let data_dir = config.storage.dir.clone();
     // Held until this function returns, which is when the process stops serving.
     let _dir_locks = crate::dir_lock::lock_dirs(&data_dir, &config.wal_dir())?;
+    let join_client = quiver_raft::PeerClient::new(&config.cluster.secret, &peer_tls)
+        .context("the client for joining a cluster")?;
+    let joining = crate::join::adopt_settings(&mut config, &join_client).await?;
     let peers = config.peers()?;
     let data_groups = data_groups_of(&config)?;
     let group_start = Arc::new(GroupStart {
@@ -168,6 +171,14 @@ pub async fn serve(config: Config) -> Result<()> {
         }
         .run(),
     );
+    if joining {
+        background.push(tokio::spawn(crate::join::complete(
+            config.clone(),
+            node.clone(),
+            mover.clone(),
+            join_client,
+        )));
+    }
     let state = AppState::new(AppInner {
         node: node.clone(),
         storage: storage.clone(),
@@ -592,20 +603,10 @@ impl GroupStart {
         if let Some(reason) = &report.catalog.rebuilt_because {
             tracing::warn!(group = id, %reason, files = report.catalog.files, "catalog was rebuilt from the Parquet files");
         }
-        let own_peer_addr = self
-            .peers
-            .iter()
-            .find(|(node, _)| *node == config.cluster.node_id)
-            .map(|(_, addr)| addr.clone());
         let raft_config = RaftConfig {
             node_id: config.cluster.node_id,
             group: id,
-            advertise_addr: config
-                .cluster
-                .advertise_addr
-                .clone()
-                .or(own_peer_addr)
-                .unwrap_or_else(|| config.http.addr.clone()),
+            advertise_addr: crate::config_nodes::advertised_addr(config, &self.peers),
             peers: members.to_vec(),
             secret: config.cluster.secret.clone(),
             peer_tls: self.peer_tls.clone(),

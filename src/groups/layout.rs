@@ -102,7 +102,7 @@ pub fn check_placement(data_dir: &Path, replication: usize, nodes: &[u64]) -> Re
 }
 
 /// Writes `text` to `file` durably (temporary file, fsync, rename, directory fsync).
-pub(super) fn write_synced(file: &Path, text: &str) -> Result<()> {
+pub fn write_synced(file: &Path, text: &str) -> Result<()> {
     use std::io::Write;
     let tmp = file.with_extension("tmp");
     let mut f =

@@ -31,7 +31,7 @@ use parking_lot::RwLock;
 use quiver_raft::{GroupId, RaftNode, FIRST_GROUP};
 use quiver_storage::Storage;
 
-pub use layout::{check_layout, check_placement, group_dirs};
+pub use layout::{check_layout, check_placement, group_dirs, write_synced};
 pub use remote::RemoteGroup;
 pub use source::{one_group_source, GroupsSource};
 

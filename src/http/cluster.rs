@@ -174,7 +174,7 @@ fn admin(
 /// group, as it always was. With several, a node joins or leaves the metadata group
 /// alone: data groups keep `cluster.replication` members, a new node gets replicas by
 /// `move` or `rebalance`, and a node leaving must hold none (`drain`).
-fn groups_changed(app: &AppState) -> Vec<crate::groups::Group> {
+pub(super) fn groups_changed(app: &AppState) -> Vec<crate::groups::Group> {
     if app.mover.is_some() {
         vec![app.groups.first().clone()]
     } else {

@@ -56,7 +56,7 @@ pub(super) async fn authorized_body<T: DeserializeOwned>(
     decode(&bytes).map_err(IntoResponse::into_response)
 }
 
-fn authorized(app: &AppState, headers: &HeaderMap) -> Result<(), Refusal> {
+pub(super) fn authorized(app: &AppState, headers: &HeaderMap) -> Result<(), Refusal> {
     let presented = headers
         .get(SECRET_HEADER)
         .and_then(|v| v.to_str().ok())

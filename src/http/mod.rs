@@ -10,6 +10,7 @@ mod digest;
 mod error;
 mod guard;
 mod internal;
+mod join;
 mod line_protocol;
 mod moves;
 mod msgpack;
@@ -187,6 +188,8 @@ fn internal_router() -> Router<AppState> {
         .route(quiver_raft::raft_paths::SNAPSHOT, post(internal::snapshot))
         .route(quiver_raft::FORWARD_PATH, post(internal::forward))
         .route("/internal/state", get(internal::state))
+        .route(crate::join::SETTINGS_PATH, get(join::settings))
+        .route(crate::join::JOIN_PATH, post(join::join))
         .route("/internal/files/{*path}", get(internal::file))
         .route(
             "/internal/groups/{group}/raft/append",

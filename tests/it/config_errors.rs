@@ -80,3 +80,28 @@ fn a_size_with_a_bad_unit_names_the_key_and_the_variable() {
     );
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
 }
+
+#[test]
+fn join_and_peers_together_are_refused() {
+    let secret = ("QUIVER_CLUSTER_SECRET", "0123456789abcdef0123");
+    let (code, err) = serve(
+        &[
+            "--join",
+            "http://127.0.0.1:1",
+            "--peers",
+            "1=127.0.0.1:1,2=127.0.0.1:2",
+        ],
+        &[secret],
+    );
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("cluster.join") && err.contains("cluster.peers"),
+        "{err}"
+    );
+    let (code, err) = serve(
+        &["--join", "http://127.0.0.1:1", "--http-addr", "0.0.0.0:0"],
+        &[secret],
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("cluster.advertise_addr"), "{err}");
+}

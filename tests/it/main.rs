@@ -21,6 +21,7 @@ mod groups;
 mod hardening;
 mod import;
 mod ingest;
+mod join;
 mod leaders;
 mod lifecycle;
 mod lifecycle_cluster;
