@@ -1,10 +1,14 @@
 """Adds a sixth node to a loaded 5-node cluster (8 data groups, replication 3), then
-`quiver cluster rebalance`; checks that every acknowledged row is stored exactly once
-(a 504 is resent with its Idempotency-Key) and prints each node's share of the bytes.
-Usage: python3 benches/grow_cluster.py PATH_TO_QUIVER  (uses ports 18100-18105, /tmp/grow)"""
+`quiver cluster rebalance` (or, with --join, started with `quiver serve --join URL`
+alone, which adds it and rebalances by itself); checks that every acknowledged row is
+stored exactly once (a 504 is resent with its Idempotency-Key) and prints each node's
+share of the bytes.
+Usage: python3 benches/grow_cluster.py PATH_TO_QUIVER [--join]
+(uses ports 18100-18105, /tmp/grow)"""
 import json, os, random, shutil, signal, subprocess, sys, threading, time, urllib.request
 
 BIN = sys.argv[1]
+JOIN = "--join" in sys.argv[2:]
 ROOT = "/tmp/grow/run"
 TOKEN = "grow-token-0123456789"
 SECRET = "grow-secret-0123456789abcdef"
@@ -14,11 +18,15 @@ ports = [18100 + i for i in range(6)]
 peers5 = ",".join(f"{i+1}=http://127.0.0.1:{ports[i]}" for i in range(5))
 procs = {}
 
-def start(i):
-    env = dict(os.environ, QUIVER_CLUSTER_NODE_ID=str(i + 1), QUIVER_CLUSTER_PEERS=peers5,
+def start(i, join=None):
+    env = dict(os.environ, QUIVER_CLUSTER_NODE_ID=str(i + 1),
                QUIVER_CLUSTER_SECRET=SECRET, QUIVER_BOOTSTRAP_TOKEN=TOKEN,
-               QUIVER_CLUSTER_DATA_GROUPS="8", QUIVER_CLUSTER_REPLICATION="3",
                QUIVER_STORAGE_FLUSH_AGE_MS="2000", QUIVER_LOG_LEVEL="warn")
+    if join:
+        env["QUIVER_CLUSTER_JOIN"] = join  # nothing else of the cluster's settings
+    else:
+        env.update(QUIVER_CLUSTER_PEERS=peers5, QUIVER_CLUSTER_DATA_GROUPS="8",
+                   QUIVER_CLUSTER_REPLICATION="3")
     log = open(f"{ROOT}/n{i+1}.log", "a")
     procs[i] = subprocess.Popen([BIN, "serve", "--http-addr", f"127.0.0.1:{ports[i]}",
                                  "--data-dir", f"{ROOT}/n{i+1}"], env=env, stdout=log, stderr=log)
@@ -88,16 +96,37 @@ def writer(w):
 threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
 for t in threads: t.start()
 time.sleep(15)
-start(5)
-t0 = time.time()
-s1 = call(0, "/api/v1/cluster/add-learner", {"node_id": 6, "addr": f"http://127.0.0.1:{ports[5]}"})
-s2 = call(0, "/api/v1/cluster/promote", {"node_ids": [6]})
-wait_ready(5)
-t1 = time.time()
-s3 = call(5, "/api/v1/cluster/rebalance", {})
-t2 = time.time()
-print("add-learner", s1[0], "promote", s2[0], "joined in %.1f s" % (t1 - t0))
-print("rebalance", s3[0], s3[1][:400], "in %.1f s" % (t2 - t1))
+def held_by_6():
+    s, text = call(5, "/api/v1/cluster/groups", timeout=5)
+    if s != 200:
+        return 0
+    return sum(1 for g in json.loads(text)["groups"] if g.get("held_here") and g["id"] > 0)
+
+if JOIN:
+    t0 = time.time()
+    start(5, join=f"http://127.0.0.1:{ports[0]}")
+    wait_ready(5)
+    t1 = time.time()
+    # 24 replicas over 6 nodes: node 6 should end up holding 4.
+    first = None
+    while time.time() - t0 < 300 and held_by_6() < 4:
+        if first is None and held_by_6() > 0:
+            first = time.time()
+        time.sleep(0.2)
+    t2 = time.time()
+    print("serve --join: ready %.1f s after start; first replica held at %s s; %d replicas held %.1f s after start"
+          % (t1 - t0, "%.1f" % (first - t0) if first else "-", held_by_6(), t2 - t0))
+else:
+    start(5)
+    t0 = time.time()
+    s1 = call(0, "/api/v1/cluster/add-learner", {"node_id": 6, "addr": f"http://127.0.0.1:{ports[5]}"})
+    s2 = call(0, "/api/v1/cluster/promote", {"node_ids": [6]})
+    wait_ready(5)
+    t1 = time.time()
+    s3 = call(5, "/api/v1/cluster/rebalance", {})
+    t2 = time.time()
+    print("add-learner", s1[0], "promote", s2[0], "joined in %.1f s" % (t1 - t0))
+    print("rebalance", s3[0], s3[1][:400], "in %.1f s" % (t2 - t1))
 time.sleep(10)
 stop.set()
 for t in threads: t.join()

@@ -49,9 +49,9 @@ pub async fn serve(mut config: Config) -> Result<()> {
     let data_dir = config.storage.dir.clone();
     // Held until this function returns, which is when the process stops serving.
     let _dir_locks = crate::dir_lock::lock_dirs(&data_dir, &config.wal_dir())?;
-    let join_client = quiver_raft::PeerClient::new(&config.cluster.secret, &peer_tls)
-        .context("the client for joining a cluster")?;
-    let joining = crate::join::adopt_settings(&mut config, &join_client).await?;
+    let peer_client = quiver_raft::PeerClient::new(&config.cluster.secret, &peer_tls)
+        .context("the client for joining a cluster and learning query workers")?;
+    let joining = crate::join::adopt_settings(&mut config, &peer_client).await?;
     let peers = config.peers()?;
     let data_groups = data_groups_of(&config)?;
     let group_start = Arc::new(GroupStart {
@@ -140,7 +140,10 @@ pub async fn serve(mut config: Config) -> Result<()> {
     } else {
         storage.clone()
     };
-    let distribution = crate::query_workers::distribution(&config)?;
+    let (distribution, query_workers) = match crate::query_workers::distribution(&config)? {
+        Some((distribution, known)) => (Some(distribution), Some(known)),
+        None => (None, None),
+    };
     let query = QueryEngine::with_distribution(
         source,
         QueryConfig {
@@ -171,12 +174,19 @@ pub async fn serve(mut config: Config) -> Result<()> {
         }
         .run(),
     );
+    if let Some(known) = &query_workers {
+        background.push(tokio::spawn(crate::query_workers::learn_workers(
+            Arc::clone(known),
+            node.clone(),
+            peer_client.clone(),
+        )));
+    }
     if joining {
         background.push(tokio::spawn(crate::join::complete(
             config.clone(),
             node.clone(),
             mover.clone(),
-            join_client,
+            peer_client,
         )));
     }
     let state = AppState::new(AppInner {
@@ -185,6 +195,7 @@ pub async fn serve(mut config: Config) -> Result<()> {
         groups: groups.clone(),
         mover,
         query,
+        query_workers,
         auth,
         write_permits: Arc::new(Semaphore::new(config.http.writes_in_flight_max)),
         write_budget: WriteBudget::new(config.http.write_bytes_in_flight_max),

@@ -83,6 +83,13 @@ pub async fn cluster_status(
         "wal": {"bytes_on_disk": wal.bytes_on_disk, "segments": wal.segments, "fsyncs": wal.fsyncs, "appends": wal.appends},
         "members": nodes,
         "followers": followers,
+        "query_workers": app.query_workers.as_ref().map(|known| {
+            known
+                .by_node()
+                .into_iter()
+                .map(|(id, url)| (id.to_string(), Value::String(url.to_string())))
+                .collect::<serde_json::Map<String, Value>>()
+        }),
     })))
 }
 

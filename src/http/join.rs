@@ -1,5 +1,6 @@
 //! What a node of the cluster does for a node joining it (`quiver serve --join URL`,
-//! [`crate::join`]): tell it the cluster's settings, and add it to the cluster.
+//! [`crate::join`]): tell it the cluster's settings, and add it to the cluster; and
+//! where this node's query worker listens, for nodes that learn it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -35,6 +36,7 @@ pub async fn settings(State(app): State<AppState>, headers: HeaderMap) -> Respon
         replication: app.config.cluster.replication,
         members,
         nodes: app.node.member_addrs_by_id(),
+        query_workers: app.config.cluster.query_workers.clone(),
     })
 }
 
@@ -88,4 +90,17 @@ pub async fn join(State(app): State<AppState>, headers: HeaderMap, body: Body) -
     encode(&JoinAnswer {
         voters: app.node.voters().into_iter().map(|(id, _)| id).collect(),
     })
+}
+
+/// `GET /internal/query-worker`: where this node's query worker listens (`None`
+/// without one), for nodes whose `cluster.query_workers` does not list it.
+pub async fn query_worker(State(app): State<AppState>, headers: HeaderMap) -> Response {
+    if let Err(refusal) = authorized(&app, &headers) {
+        return refusal.into_response();
+    }
+    let own = match app.query_workers {
+        Some(_) => crate::query_workers::own_worker(&app.config),
+        None => None,
+    };
+    encode(&own)
 }

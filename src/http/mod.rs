@@ -60,6 +60,8 @@ pub struct AppInner {
     pub mover: Option<Arc<crate::groups::moves::Mover>>,
     /// SQL engine.
     pub query: QueryEngine,
+    /// The query workers this node routes stages to (with `cluster.query_workers`).
+    pub query_workers: Option<Arc<crate::query_workers::KnownWorkers>>,
     /// Tokens.
     pub auth: Auth,
     /// Configuration in effect.
@@ -190,6 +192,7 @@ fn internal_router() -> Router<AppState> {
         .route("/internal/state", get(internal::state))
         .route(crate::join::SETTINGS_PATH, get(join::settings))
         .route(crate::join::JOIN_PATH, post(join::join))
+        .route(crate::query_workers::WORKER_PATH, get(join::query_worker))
         .route("/internal/files/{*path}", get(internal::file))
         .route(
             "/internal/groups/{group}/raft/append",

@@ -125,6 +125,10 @@ pub async fn adopt_settings(config: &mut Config, client: &PeerClient) -> Result<
             "cluster.join: the cluster's data groups and replication are used, not this node's settings"
         );
     }
+    if config.cluster.query_workers.trim().is_empty() && config.cluster.query_worker_addr.is_some()
+    {
+        config.cluster.query_workers = settings.query_workers.clone();
+    }
     config.cluster.peers = settings.peers_setting();
     config.cluster.data_groups = settings.data_groups;
     config.cluster.replication = settings.replication;

@@ -30,6 +30,10 @@ pub struct ClusterSettings {
     /// The metadata group's members (id, address): a joining node's id must not be
     /// one of them at another address.
     pub nodes: Vec<(u64, String)>,
+    /// `cluster.query_workers`: a joining node with a worker of its own routes stages
+    /// by the same list (and the others learn its worker from it).
+    #[serde(default)]
+    pub query_workers: String,
 }
 
 impl ClusterSettings {
@@ -119,6 +123,7 @@ mod tests {
             replication: 2,
             members: BTreeMap::from([(1, vec![(2, "http://b:2".to_string())])]),
             nodes: vec![(1, "http://a:1".into()), (2, "b:2".into())],
+            query_workers: String::new(),
         }
     }
 

@@ -42,6 +42,28 @@ async fn is_voter_as_seen_by(node: &Node, id: u64) -> bool {
         .is_some_and(|m| m.iter().any(|n| n["node_id"] == id && n["voter"] == true))
 }
 
+/// The query workers `node` routes stages to, by node id.
+async fn query_workers_known_by(node: &Node) -> std::collections::BTreeMap<String, String> {
+    let Ok(r) = node
+        .client
+        .get(format!("{}/api/v1/cluster/status", node.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+    else {
+        return Default::default();
+    };
+    let body: Value = r.json().await.unwrap_or(Value::Null);
+    body["query_workers"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(id, url)| (id.clone(), url.as_str().unwrap_or_default().to_string()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_joined_node_is_given_replicas_and_restarts_without_the_node_it_joined_through() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -50,21 +72,57 @@ async fn a_joined_node_is_given_replicas_and_restarts_without_the_node_it_joined
         ("QUIVER_CLUSTER_REPLICATION", "3".to_string()),
         ("QUIVER_STORAGE_FLUSH_AGE_MS", "300".to_string()),
     ];
-    // Three nodes, three replicas: each holds all four groups.
-    let mut nodes = start(specs(dir.path(), 3, &env)).await;
+    // Three nodes, three replicas: each holds all four groups. Each has a query
+    // worker, listed in the three nodes' settings; node 4's is in no list.
+    let worker_ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
+    let listed = (0..3)
+        .map(|i| format!("{}=http://127.0.0.1:{}", i + 1, worker_ports[i]))
+        .collect::<Vec<_>>()
+        .join(",");
+    let three: Vec<NodeSpec> = specs(dir.path(), 3, &env)
+        .into_iter()
+        .zip(&worker_ports)
+        .map(|(spec, port)| {
+            spec.with("QUIVER_CLUSTER_QUERY_WORKERS", &listed).with(
+                "QUIVER_CLUSTER_QUERY_WORKER_ADDR",
+                format!("127.0.0.1:{port}"),
+            )
+        })
+        .collect();
+    let mut nodes = start(three).await;
     write_all(&nodes, 0..10).await;
 
     // Node 4 shares the cluster's node settings (its flush age: a leader decides
     // flushes, and node 4 may lead a group it receives), not its cluster settings.
     let join_url = nodes[0].url.clone();
     nodes.push(Node::spawn(
-        joiner(dir.path(), 4, &join_url).with("QUIVER_STORAGE_FLUSH_AGE_MS", 300),
+        joiner(dir.path(), 4, &join_url)
+            .with("QUIVER_STORAGE_FLUSH_AGE_MS", 300)
+            .with(
+                "QUIVER_CLUSTER_QUERY_WORKER_ADDR",
+                format!("0.0.0.0:{}", worker_ports[3]),
+            ),
     ));
     nodes[3].wait_ready().await;
     for node in &nodes {
         node.wait_for("node 4 a voter", Duration::from_secs(60), || async {
             is_voter_as_seen_by(node, 4).await
         })
+        .await;
+    }
+    // Every node routes stages to every worker: node 4 by the cluster's list, the
+    // others by asking node 4 (its worker listens on every interface; it is reached
+    // at the host it advertises).
+    let node_4_worker = format!("http://127.0.0.1:{}/", worker_ports[3]);
+    for node in &nodes {
+        node.wait_for(
+            "every query worker known",
+            Duration::from_secs(30),
+            || async {
+                let workers = query_workers_known_by(node).await;
+                workers.len() == 4 && workers.get("4") == Some(&node_4_worker)
+            },
+        )
         .await;
     }
     // Twelve replicas over four nodes: node 4 receives three, each with its files,
