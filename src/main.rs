@@ -82,7 +82,8 @@ fn run_serve(args: cli::ServeArgs) -> anyhow::Result<()> {
 }
 
 fn run_restore(args: cli::RestoreArgs) -> anyhow::Result<()> {
-    let config = load_config(args.serve)?;
+    let mut config = load_config(args.serve)?;
+    join::apply_recorded(&mut config)?;
     telemetry::init_logging(&config.log.level);
     match args.from {
         Some(from) => run_async(backup::restore::run(config, from, args.manifest)),

@@ -181,14 +181,9 @@ pub async fn serve(mut config: Config) -> Result<()> {
             peer_client.clone(),
         )));
     }
-    if joining {
-        background.push(tokio::spawn(crate::join::complete(
-            config.clone(),
-            node.clone(),
-            mover.clone(),
-            peer_client,
-        )));
-    }
+    // Asked for once every door listens (below): a node added at an address it then
+    // fails to listen on would be a member no one reaches.
+    let join_mover = mover.clone();
     let state = AppState::new(AppInner {
         node: node.clone(),
         storage: storage.clone(),
@@ -282,6 +277,14 @@ pub async fn serve(mut config: Config) -> Result<()> {
         }
         None => None,
     };
+    if joining {
+        background.push(tokio::spawn(crate::join::complete(
+            config.clone(),
+            node.clone(),
+            join_mover,
+            peer_client,
+        )));
+    }
     let fatal = Arc::new(tokio::sync::Notify::new());
     let watchdog = tokio::spawn(watch_for_fatal(groups.clone(), fatal.clone()));
     let stop = async {

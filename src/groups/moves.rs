@@ -277,7 +277,22 @@ impl Mover {
                     "the leaving replica leads and did not hand over; removing it all the same");
             }
         }
-        // 3c. The old replica stops voting and leaves.
+        // 3c. The old replica stops voting and leaves, unless that would leave the
+        // group with fewer voters than this move should end with (as many as it
+        // started with; one fewer when it started with the target a voter already,
+        // finishing an earlier attempt): another move of this group, driven by another
+        // voter, took a replica away meanwhile (two deciders, or one move asked twice).
+        let end_with = voters.len() - usize::from(is_voter(to));
+        let now = local.node.voters();
+        if now.len().saturating_sub(1) < end_with.max(1) || !now.iter().any(|(v, _)| *v == to) {
+            return Err(MoveError::Failed(format!(
+                "removing node {from} would leave group {group} with {} voters (now {:?}), \
+                 fewer than the {end_with} this move keeps: another move of this group ran \
+                 meanwhile; ask again",
+                now.len().saturating_sub(1),
+                ids(&now)
+            )));
+        }
         local
             .node
             .change_voters(Default::default(), [from].into())

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::Config;
 use crate::groups::moves::Mover;
 pub use settings::ClusterSettings;
+use settings::Progress;
 
 /// Where a node of the cluster answers a joining node's questions.
 pub const SETTINGS_PATH: &str = "/internal/cluster/settings";
@@ -125,6 +126,24 @@ pub async fn adopt_settings(config: &mut Config, client: &PeerClient) -> Result<
             "cluster.join: the cluster's data groups and replication are used, not this node's settings"
         );
     }
+    apply(config, &settings);
+    Ok(true)
+}
+
+/// For commands run on a stopped node (`quiver restore`): a node that joined takes the
+/// cluster's settings it recorded, as `serve` does; one that never started keeps its
+/// own (nothing is fetched).
+pub fn apply_recorded(config: &mut Config) -> Result<()> {
+    if config.cluster.join.trim().is_empty() {
+        return Ok(());
+    }
+    if let Some(settings) = settings::load(&config.storage.dir)? {
+        apply(config, &settings);
+    }
+    Ok(())
+}
+
+fn apply(config: &mut Config, settings: &ClusterSettings) {
     if config.cluster.query_workers.trim().is_empty() && config.cluster.query_worker_addr.is_some()
     {
         config.cluster.query_workers = settings.query_workers.clone();
@@ -132,7 +151,6 @@ pub async fn adopt_settings(config: &mut Config, client: &PeerClient) -> Result<
     config.cluster.peers = settings.peers_setting();
     config.cluster.data_groups = settings.data_groups;
     config.cluster.replication = settings.replication;
-    Ok(true)
 }
 
 /// A node joins empty: one that already ran (its own log, a cluster of its own) would
@@ -141,9 +159,9 @@ fn refuse_earlier_state(config: &Config) -> Result<()> {
     let wal = config.wal_dir();
     let holds_log = std::fs::read_dir(&wal)
         .map(|entries| {
-            entries
-                .flatten()
-                .any(|e| e.file_name() != crate::dir_lock::LOCK_FILE)
+            entries.flatten().any(|e| {
+                e.file_name() != crate::dir_lock::LOCK_FILE && e.file_name() != "lost+found"
+            })
         })
         .unwrap_or(false);
     if holds_log {
@@ -163,9 +181,14 @@ async fn fetch_settings(client: &PeerClient, url: &str) -> Result<ClusterSetting
     loop {
         match client.get::<ClusterSettings>(url, SETTINGS_PATH, SETTINGS_TIMEOUT).await {
             Ok(settings) => return Ok(settings),
+            Err(e @ PeerError::Protocol { status: Some(401), .. }) => {
+                return Err(e).with_context(|| {
+                    format!("cluster.join {url}: the node refused this node's cluster.secret (it must be the cluster's)")
+                })
+            }
             Err(e) if e.refused_before_acting() && !matches!(e, PeerError::Refused { .. }) => {
                 return Err(e).with_context(|| {
-                    format!("cluster.join {url}: the node refused to give the cluster's settings (is cluster.secret the cluster's?)")
+                    format!("cluster.join {url}: the node did not give the cluster's settings (is it a Quiver node of a cluster, of this version?)")
                 })
             }
             Err(e) if Instant::now() + pause < deadline => {
@@ -186,29 +209,77 @@ async fn fetch_settings(client: &PeerClient, url: &str) -> Result<ClusterSetting
 }
 
 /// Once the node serves: asks to be added to the metadata group until it is a voter
-/// (through the node at `cluster.join`, else any static peer), then, if this start
-/// added it and the cluster has several data groups, rebalances so that replicas come
-/// to it. Runs in the background; every failure is logged and retried.
+/// (through the node at `cluster.join`, else any static peer), then, with several
+/// data groups, rebalances so that replicas come to it. Each step is recorded
+/// (`joined.progress`): a restart finishes what is left, and a node that was added
+/// once and is no voter now (removed since) does not ask again. Runs in the
+/// background; every failure is logged and retried.
 pub async fn complete(
     config: Config,
     metadata: RaftNode,
     mover: Option<Arc<Mover>>,
     client: PeerClient,
 ) {
+    let data_dir = config.storage.dir.clone();
     let me = config.cluster.node_id;
     let is_voter = || metadata.voters().iter().any(|(id, _)| *id == me);
-    if is_voter() {
-        return;
+    let progress = match settings::progress(&data_dir) {
+        Ok(progress) => progress,
+        Err(e) => {
+            tracing::error!(error = %e, "cluster.join: cannot read how far the join got; not asking to join");
+            return;
+        }
+    };
+    if progress == Progress::Asking {
+        ask_until_added(&config, &metadata, &client).await;
+        note_progress(&data_dir, Progress::Added);
+    } else if !is_voter() {
+        // Wait for the membership to come with the leader's entries, then look again.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        if !is_voter() {
+            tracing::warn!(
+                "this node joined the cluster once and is no voter now (removed since?): it \
+                 does not ask to join again; start it with an empty data directory to join anew"
+            );
+            return;
+        }
     }
+    if progress < Progress::Done {
+        if let Some(mover) = mover {
+            if config.cluster.balance_replicas {
+                rebalance_after_joining(&mover).await;
+            } else {
+                tracing::info!(
+                    "cluster.balance_replicas = false: no replicas asked for after joining"
+                );
+            }
+        }
+        note_progress(&data_dir, Progress::Done);
+    }
+}
+
+fn note_progress(data_dir: &std::path::Path, progress: Progress) {
+    if let Err(e) = settings::record_progress(data_dir, progress) {
+        tracing::warn!(error = %e, ?progress, "cluster.join: cannot record how far the join got");
+    }
+}
+
+/// Asks to be added until this node is a voter of the metadata group.
+async fn ask_until_added(config: &Config, metadata: &RaftNode, client: &PeerClient) {
+    let me = config.cluster.node_id;
+    let is_voter = || metadata.voters().iter().any(|(id, _)| *id == me);
     let peers = config.peers().unwrap_or_default();
     let request = JoinRequest {
         node_id: me,
-        addr: quiver_raft::base_url(&crate::config_nodes::advertised_addr(&config, &peers)),
+        addr: quiver_raft::base_url(&crate::config_nodes::advertised_addr(config, &peers)),
     };
     let mut asked: Vec<String> = vec![config.cluster.join.trim().to_string()];
     asked.extend(peers.iter().map(|(_, addr)| addr.clone()));
     let mut pause = Duration::from_millis(200);
-    'asking: for attempt in 0usize.. {
+    for attempt in 0usize.. {
+        if is_voter() {
+            break;
+        }
         let url = &asked[attempt % asked.len()];
         match client
             .call::<JoinRequest, JoinAnswer>(url, JOIN_PATH, &request, JOIN_TIMEOUT)
@@ -218,12 +289,10 @@ pub async fn complete(
                 tracing::info!(%url, voters = ?answer.voters, "added to the cluster");
                 // The membership reaches this node with the leader's next entries.
                 let deadline = Instant::now() + Duration::from_secs(30);
-                while Instant::now() < deadline {
-                    if is_voter() {
-                        break 'asking;
-                    }
+                while Instant::now() < deadline && !is_voter() {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
+                continue;
             }
             Err(e) => {
                 tracing::warn!(%url, error = %e, "cluster.join: asking to be added again");
@@ -233,10 +302,6 @@ pub async fn complete(
         pause = (pause * 2).min(RETRY_PAUSE_MAX);
     }
     metrics::counter!("quiver_cluster_joins_total").increment(1);
-    let Some(mover) = mover else {
-        return;
-    };
-    rebalance_after_joining(&mover).await;
 }
 
 /// Moves replicas to the new node (`rebalance`), again after a failure, a few times.

@@ -68,7 +68,9 @@ impl ClusterSettings {
         );
         if known != advertised {
             bail!(
-                "cluster.join {url}: node {node_id} is already a member of the cluster at                  {known}, and this node would be at {advertised}: choose another                  cluster.node_id (--node-id), or remove node {node_id} from the cluster first"
+                "cluster.join {url}: node {node_id} is already a member of the cluster at \
+                 {known}, and this node would be at {advertised}: choose another \
+                 cluster.node_id (--node-id), or remove node {node_id} from the cluster first"
             );
         }
         Ok(())
@@ -84,8 +86,47 @@ impl ClusterSettings {
     }
 }
 
+/// How far the join got, in the data directory (absent: not added yet).
+const PROGRESS_FILE: &str = "joined.progress";
+
 fn file(data_dir: &Path) -> PathBuf {
     data_dir.join(JOINED_FILE)
+}
+
+/// How far a join got: recorded so that a restart finishes it, and so that a node
+/// removed from the cluster later does not ask to be added again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Progress {
+    /// Not a voter yet.
+    Asking,
+    /// A voter of the metadata group; replicas not yet asked for.
+    Added,
+    /// Replicas asked for (or none to ask for): nothing left to do.
+    Done,
+}
+
+/// The recorded progress.
+pub fn progress(data_dir: &Path) -> Result<Progress> {
+    let path = data_dir.join(PROGRESS_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => match text.trim() {
+            "added" => Ok(Progress::Added),
+            "done" => Ok(Progress::Done),
+            other => bail!("{}: unknown join progress {other:?}", path.display()),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Progress::Asking),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+/// Records `progress` durably.
+pub fn record_progress(data_dir: &Path, progress: Progress) -> Result<()> {
+    let text = match progress {
+        Progress::Asking => return Ok(()),
+        Progress::Added => "added",
+        Progress::Done => "done",
+    };
+    crate::groups::write_synced(&data_dir.join(PROGRESS_FILE), text)
 }
 
 /// The settings recorded by an earlier start, if any.
@@ -136,6 +177,16 @@ mod tests {
         let members = crate::groups::members_cache::load(dir.path()).expect("members");
         assert_eq!(members.get(&1), settings().members.get(&1));
         assert_eq!(settings().peers_setting(), "1=http://a:1,2=http://b:2");
+    }
+
+    #[test]
+    fn the_progress_of_a_join_is_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert_eq!(progress(dir.path()).expect("none"), Progress::Asking);
+        record_progress(dir.path(), Progress::Added).expect("added");
+        assert_eq!(progress(dir.path()).expect("added"), Progress::Added);
+        record_progress(dir.path(), Progress::Done).expect("done");
+        assert_eq!(progress(dir.path()).expect("done"), Progress::Done);
     }
 
     #[test]

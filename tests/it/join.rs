@@ -209,4 +209,28 @@ async fn with_one_data_group_a_joined_node_holds_every_row_and_an_id_in_use_is_r
             || async { count_parquet(&nodes[3].spec.data_dir) > 0 },
         )
         .await;
+
+    // Removed from the cluster, then restarted with the same --join: it does not ask
+    // to be added again.
+    let (status, text, _) = nodes[0]
+        .post(
+            "/api/v1/cluster/remove",
+            &[("content-type", "application/json")],
+            br#"{"node_ids": [4]}"#.to_vec(),
+        )
+        .await;
+    assert_eq!(status, 200, "{text}");
+    let mut removed = nodes.pop().expect("node 4");
+    removed.kill();
+    let removed = Node::spawn(removed.spec.clone());
+    removed
+        .wait_for(
+            "node 4 saying it does not join again",
+            Duration::from_secs(60),
+            || async { removed.log().contains("does not ask to join again") },
+        )
+        .await;
+    for node in &nodes {
+        assert!(!is_voter_as_seen_by(node, 4).await, "node 4 added again");
+    }
 }
