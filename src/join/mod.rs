@@ -74,6 +74,13 @@ pub fn check_config(config: &Config, peers: &[(u64, String)]) -> Result<()> {
     if host_port.is_empty() || !host_port.contains(':') || host_port.contains('/') {
         bail!("cluster.join {url:?} must be a node's address, http://host:port");
     }
+    let tls = config.http.tls_cert.is_some() || url.starts_with("https://");
+    if tls && config.cluster.tls_ca.is_none() {
+        bail!(
+            "cluster.tls_ca (--tls-ca) must name the CA that signed the cluster's certificates \
+             when cluster.join reaches a cluster over https"
+        );
+    }
     let advertised = crate::config_nodes::advertised_addr(config, &[]);
     if advertised.starts_with("0.0.0.0:") || advertised.starts_with("[::]:") {
         bail!(

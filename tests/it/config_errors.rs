@@ -104,4 +104,7 @@ fn join_and_peers_together_are_refused() {
     );
     assert_eq!(code, 1);
     assert!(err.contains("cluster.advertise_addr"), "{err}");
+    let (code, err) = serve(&["--join", "https://127.0.0.1:1"], &[secret]);
+    assert_eq!(code, 1);
+    assert!(err.contains("cluster.tls_ca"), "{err}");
 }
