@@ -592,17 +592,6 @@ impl Config {
             .map_err(|_| anyhow!("flight.addr {addr:?} is not an address like 127.0.0.1:8082"))
     }
 
-    /// The static voter set: `1=http://host:port,2=...` parsed and checked (ids unique
-    /// and at least 1, addresses `host:port` or `http(s)://host:port`).
-    pub fn peers(&self) -> Result<Vec<(u64, String)>> {
-        crate::config_nodes::node_list("cluster.peers", &self.cluster.peers)
-    }
-
-    /// The query workers, `cluster.query_workers` parsed and checked like the peers.
-    pub fn query_workers(&self) -> Result<Vec<(u64, String)>> {
-        crate::config_nodes::node_list("cluster.query_workers", &self.cluster.query_workers)
-    }
-
     /// The listener's certificate and key files when TLS is on: both set, or neither.
     pub fn tls_files(&self) -> Result<Option<(&Path, &Path)>> {
         match (&self.http.tls_cert, &self.http.tls_key) {

@@ -49,3 +49,16 @@ pub fn advertised_addr(config: &Config, peers: &[(u64, String)]) -> String {
         })
         .unwrap_or_else(|| config.http.addr.clone())
 }
+
+impl Config {
+    /// The static voter set: `1=http://host:port,2=...` parsed and checked (ids unique
+    /// and at least 1, addresses `host:port` or `http(s)://host:port`).
+    pub fn peers(&self) -> Result<Vec<(u64, String)>> {
+        node_list("cluster.peers", &self.cluster.peers)
+    }
+
+    /// The query workers, `cluster.query_workers` parsed and checked like the peers.
+    pub fn query_workers(&self) -> Result<Vec<(u64, String)>> {
+        node_list("cluster.query_workers", &self.cluster.query_workers)
+    }
+}

@@ -25,36 +25,30 @@ fn joiner(dir: &std::path::Path, node_id: u64, join: &str) -> NodeSpec {
     spec
 }
 
-/// Whether `node` lists node `id` as a voter of its first group.
-async fn is_voter_as_seen_by(node: &Node, id: u64) -> bool {
-    let Ok(r) = node
+/// `node`'s `/api/v1/cluster/status` (null when it does not answer).
+async fn status_of(node: &Node) -> Value {
+    match node
         .client
         .get(format!("{}/api/v1/cluster/status", node.url))
         .bearer_auth(TOKEN)
         .send()
         .await
-    else {
-        return false;
-    };
-    let body: Value = r.json().await.unwrap_or(Value::Null);
-    body["members"]
+    {
+        Ok(r) => r.json().await.unwrap_or(Value::Null),
+        Err(_) => Value::Null,
+    }
+}
+
+/// Whether `node` lists node `id` as a voter of its first group.
+async fn is_voter_as_seen_by(node: &Node, id: u64) -> bool {
+    status_of(node).await["members"]
         .as_array()
         .is_some_and(|m| m.iter().any(|n| n["node_id"] == id && n["voter"] == true))
 }
 
 /// The query workers `node` routes stages to, by node id.
 async fn query_workers_known_by(node: &Node) -> std::collections::BTreeMap<String, String> {
-    let Ok(r) = node
-        .client
-        .get(format!("{}/api/v1/cluster/status", node.url))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-    else {
-        return Default::default();
-    };
-    let body: Value = r.json().await.unwrap_or(Value::Null);
-    body["query_workers"]
+    status_of(node).await["query_workers"]
         .as_object()
         .map(|m| {
             m.iter()
