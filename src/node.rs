@@ -88,6 +88,7 @@ pub async fn serve(mut config: Config) -> Result<()> {
                 data_dir: data_dir.clone(),
                 wal_dir: config.wal_dir(),
                 timeout: remote_timeout(&config),
+                replication: config.cluster.replication,
             },
             data_duties,
         ));
@@ -240,7 +241,10 @@ pub async fn serve(mut config: Config) -> Result<()> {
             let pg_listener = tokio::net::TcpListener::bind(pg_addr)
                 .await
                 .with_context(|| format!("pg.addr {pg_addr}: cannot listen"))?;
-            let pg_tls = doors_tls.as_ref().map(|t| Arc::clone(&t.pg));
+            let pg_tls = doors_tls.as_ref().map(|t| crate::pg::PgTls {
+                config: Arc::clone(&t.pg),
+                end_point: t.pg_end_point.clone(),
+            });
             tracing::info!(%pg_addr, tls = pg_tls.is_some(), "postgres wire protocol listening");
             let pg_gate = ConnectionGate::new(GateLimits {
                 connections_max: config.pg.connections_max,

@@ -99,6 +99,8 @@ pub struct MoverPlace {
     pub wal_dir: PathBuf,
     /// Longest wait for another node's group to answer.
     pub timeout: Duration,
+    /// `cluster.replication`: a move never leaves a group with fewer voters.
+    pub replication: usize,
 }
 
 /// What moving replicas needs on this node.
@@ -110,6 +112,7 @@ pub struct Mover {
     data_dir: PathBuf,
     wal_dir: PathBuf,
     timeout: Duration,
+    replication: usize,
     /// Background duties of the groups started here at run time, stopped on retire.
     duties: parking_lot::Mutex<BTreeMap<GroupId, Vec<JoinHandle<()>>>>,
     /// One host or retire at a time on this node.
@@ -148,6 +151,7 @@ impl Mover {
             data_dir: place.data_dir,
             wal_dir: place.wal_dir,
             timeout: place.timeout,
+            replication: place.replication,
             duties: parking_lot::Mutex::new(duties),
             changing: tokio::sync::Mutex::new(()),
             driving: parking_lot::Mutex::new(Default::default()),
@@ -231,6 +235,19 @@ impl Mover {
             return Err(MoveError::Invalid(format!(
                 "node {from} is not a member of group {group} (members: {:?})",
                 ids(&voters)
+            )));
+        }
+        // With the target a voter already, the move only removes `from`: right when an
+        // earlier attempt left one voter too many, wrong when the group has no more
+        // than it should (a second decider moving another replica to the same node).
+        if is_voter(to) && voters.len() <= self.replication {
+            return Err(MoveError::Invalid(format!(
+                "node {to} is already a member of group {group} (members: {:?}): moving \
+                 node {from} there would leave {} replicas, fewer than cluster.replication \
+                 ({}); another move of this group ran meanwhile",
+                ids(&voters),
+                voters.len() - 1,
+                self.replication
             )));
         }
         let to_addr = self.address_of(to).ok_or_else(|| {

@@ -581,3 +581,101 @@ async fn a_node_added_to_a_cluster_holding_data_receives_replicas_by_itself() {
         })
         .await;
 }
+
+/// Two moves of one group driven at once by different nodes, both to node 4 but from
+/// different replicas (3 -> 4 asked of node 1, 2 -> 4 asked of node 2), as two
+/// deciders (a joining node's rebalance and the metadata leader's byte balance) could
+/// start them, each asking again after a 503. Each adds node 4, then removes its own
+/// source: both removals would leave the group with two voters. The later one must be
+/// refused, never the group left short; every row stays readable and writable. Then
+/// the same two moves one after the other: the second is refused as it starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_moves_of_one_group_at_once_never_leave_it_short_of_replicas() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = [
+        ("QUIVER_CLUSTER_DATA_GROUPS", "2".to_string()),
+        ("QUIVER_CLUSTER_REPLICATION", "3".to_string()),
+        ("QUIVER_CLUSTER_BALANCE_REPLICAS", "false".to_string()),
+        ("QUIVER_STORAGE_FLUSH_AGE_MS", "300".to_string()),
+    ];
+    let nodes = start(specs(dir.path(), 4, &env)).await;
+    let all: Vec<&Node> = nodes.iter().collect();
+    wait_for_members(&all, 1, &[1, 2, 3]).await;
+    write_all(&nodes, 0..12).await;
+
+    // Each decider asks again after a refusal that says to (503), as the joining
+    // node's rebalance and the byte balance do, until its move is done or refused for
+    // good.
+    let decider = |node: &'static str, asked: usize, from: u64| {
+        let node_ref = &nodes[asked];
+        async move {
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            loop {
+                let (status, text) = ask_move(node_ref, 1, from, 4).await;
+                if status != 503 || std::time::Instant::now() > deadline {
+                    return (status, format!("{node}: {text}"));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let (first, second) = tokio::join!(decider("node 1", 0, 3), decider("node 2", 1, 2));
+    for (status, text) in [&first, &second] {
+        // 400 for the one that found node 4 a member already and the group at
+        // cluster.replication voters.
+        assert!(
+            *status == 200 || (*status == 400 && text.contains("cluster.replication")),
+            "{status} {text}\nnode 1:\n{}",
+            nodes[0].log_tail()
+        );
+    }
+    assert!(
+        first.0 == 200 || second.0 == 200,
+        "neither move finished: {first:?} {second:?}"
+    );
+
+    // Whatever the interleaving: three voters, node 4 among them, listed alike by
+    // every node, each serving its copy.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let members = loop {
+        let (members, _) = group_as_seen_by(&nodes[0], 1).await;
+        if members.len() >= 3 && members.contains(&4) {
+            break members;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "group 1 has members {members:?} after {first:?} / {second:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(members.len(), 3, "{members:?} after {first:?} / {second:?}");
+    wait_for_members(&all, 1, &members).await;
+    every_node_reads(&all, 12).await;
+    write_all(&nodes, 12..16).await;
+    every_node_reads(&all, 16).await;
+
+    // One after the other, on group 2 (nodes 1, 2, 4 by placement): node 3 takes node
+    // 4's replica, then a second decider asks node 3 to take node 2's.
+    wait_for_members(&all, 2, &[1, 2, 4]).await;
+    let (status, text) = ask_move(&nodes[0], 2, 4, 3).await;
+    assert_eq!(status, 200, "{text}");
+    wait_for_members(&all, 2, &[1, 2, 3]).await;
+    let (status, text) = ask_move(&nodes[0], 2, 2, 3).await;
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("cluster.replication"), "{text}");
+    wait_for_members(&all, 2, &[1, 2, 3]).await;
+}
+
+/// Asks `node` to move group `group`'s replica from `from` to `to`.
+async fn ask_move(node: &Node, group: u64, from: u64, to: u64) -> (u16, String) {
+    let r = node
+        .client
+        .post(format!("{}/api/v1/cluster/groups/{group}/move", node.url))
+        .bearer_auth(TOKEN)
+        .json(&serde_json::json!({"from": from, "to": to}))
+        .send()
+        .await
+        .expect("move request");
+    let status = r.status().as_u16();
+    (status, r.text().await.unwrap_or_default())
+}
