@@ -88,6 +88,9 @@ pub struct DoorsTls {
     pub pg: Arc<ServerConfig>,
     /// The Flight SQL door (HTTP/2, as gRPC requires).
     pub flight: Arc<ServerConfig>,
+    /// The certificate's `tls-server-end-point` value, which SCRAM-SHA-256-PLUS logins
+    /// on the Postgres door bind to; `None` when its signature defines no hash.
+    pub pg_end_point: Option<Arc<[u8]>>,
 }
 
 impl DoorsTls {
@@ -99,10 +102,19 @@ impl DoorsTls {
             config.alpn_protocols = vec![alpn.to_vec()];
             Arc::new(config)
         };
+        let chain = certificates("http.tls_cert", cert)?;
+        let pg_end_point = match crate::pg::end_point_hash(&chain[0]) {
+            Ok(hash) => Some(Arc::from(hash)),
+            Err(why) => {
+                tracing::warn!(cert = %cert.display(), "the Postgres door offers SCRAM-SHA-256 without channel binding (no SCRAM-SHA-256-PLUS): {why}");
+                None
+            }
+        };
         Ok(DoorsTls {
             pg: offering(b"postgresql"),
             flight: offering(b"h2"),
             http,
+            pg_end_point,
         })
     }
 }

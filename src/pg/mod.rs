@@ -3,7 +3,8 @@
 //! query Quiver as they would a Postgres server.
 //!
 //! - [`startup`]: the database named at startup is the Quiver database; the password is
-//!   a token, checked by SCRAM-SHA-256 ([`scram`]) when the user name is the token's id
+//!   a token, checked by SCRAM-SHA-256 ([`scram`]; over TLS also SCRAM-SHA-256-PLUS,
+//!   bound to the certificate by [`channel_binding`]) when the user name is the token's id
 //!   (`bootstrap` for the bootstrap token), as a cleartext password otherwise
 //!   (`--auth none` skips it). With `http.tls_cert` set, the door
 //!   answers `SSLRequest` with TLS on the node's certificate (PostgreSQL 17's direct TLS
@@ -23,6 +24,7 @@
 //! It is not a way to write: every statement is read-only, as over HTTP.
 
 mod cancel;
+mod channel_binding;
 mod encode;
 mod local;
 mod params;
@@ -38,6 +40,17 @@ use tokio::net::TcpListener;
 
 use crate::gate::{ConnectionGate, GateRefusal};
 use crate::http::AppState;
+
+pub use channel_binding::end_point_hash;
+
+/// The door's TLS: its listener configuration and the certificate's channel-binding
+/// value (`None`: SCRAM-SHA-256-PLUS is not offered).
+pub struct PgTls {
+    /// The listener's rustls configuration.
+    pub config: Arc<rustls::ServerConfig>,
+    /// `tls-server-end-point` of the door's certificate.
+    pub end_point: Option<Arc<[u8]>>,
+}
 
 /// Everything one connection needs; shared by all of them.
 struct Handlers {
@@ -68,20 +81,17 @@ impl PgWireServerHandlers for Handlers {
 /// `gate` lets in (`pg.connections_max`, `pg.connections_per_address_max`): more are
 /// told so with Postgres's own `too_many_connections` error, then closed, and counted.
 /// With `tls`, every connection must negotiate TLS.
-pub async fn serve(
-    listener: TcpListener,
-    app: AppState,
-    gate: ConnectionGate,
-    tls: Option<Arc<rustls::ServerConfig>>,
-) {
+pub async fn serve(listener: TcpListener, app: AppState, gate: ConnectionGate, tls: Option<PgTls>) {
     let cancels = Arc::new(cancel::Registry::default());
-    let tls = tls.map(pgwire::tokio::TlsAcceptor::from);
+    let end_point = tls.as_ref().and_then(|t| t.end_point.clone());
+    let tls = tls.map(|t| pgwire::tokio::TlsAcceptor::from(t.config));
     let handlers = Arc::new(Handlers {
         session: Arc::new(session::Session::new(app.clone())),
         startup: Arc::new(startup::Startup::new(
             app,
             Arc::clone(&cancels),
             tls.is_some(),
+            end_point,
         )),
         cancel: Arc::new(cancel::Handler(cancels)),
     });

@@ -4,7 +4,11 @@
 //! Three messages: the client's first (its nonce), the server's first (the nonce
 //! extended, the verifier's salt and iterations), the client's final (its proof); the
 //! server's final carries its own signature, which proves to the client that the
-//! server holds the verifier. No channel binding (`SCRAM-SHA-256-PLUS`) is offered.
+//! server holds the verifier. Over TLS the door also offers `SCRAM-SHA-256-PLUS`: the
+//! client signs the certificate's `tls-server-end-point` value with its proof
+//! ([`super::channel_binding`]), so a login relayed through another TLS endpoint
+//! fails. A client that says it could bind (`y`) while the server offered binding is
+//! refused, as RFC 5802 §6 requires against a downgrade.
 //! What is checked, and against which token, lives in [`crate::scram`] and
 //! [`crate::auth`]; this file parses and builds the messages.
 
@@ -14,8 +18,15 @@ use base64::Engine as _;
 use crate::auth::ScramLogin;
 use crate::scram::{keys, proof_is_valid, sign};
 
-/// The one mechanism the door offers.
+/// The mechanism offered on every connection.
 pub const MECHANISM: &str = "SCRAM-SHA-256";
+
+/// The mechanism with channel binding, offered over TLS with a certificate that has a
+/// `tls-server-end-point` value.
+pub const MECHANISM_PLUS: &str = "SCRAM-SHA-256-PLUS";
+
+/// The one channel-binding type the door binds to (the one libpq and pgjdbc use).
+const BINDING_TYPE: &str = "tls-server-end-point";
 
 /// Longest SCRAM message the door reads, in bytes (a real one is under 200).
 const MESSAGE_BYTES_MAX: usize = 1_024;
@@ -31,12 +42,22 @@ pub enum Exchange {
     Challenged(Challenge),
 }
 
+/// The mechanisms to offer: with a channel-binding value (a TLS connection whose
+/// certificate has one), the bound one first, as PostgreSQL lists them.
+pub fn mechanisms(end_point: Option<&[u8]>) -> Vec<String> {
+    match end_point {
+        Some(_) => vec![MECHANISM_PLUS.to_string(), MECHANISM.to_string()],
+        None => vec![MECHANISM.to_string()],
+    }
+}
+
 /// What the server remembers between its first message and the client's final one.
 pub struct Challenge {
     /// The token being checked.
     pub login: ScramLogin,
-    /// The GS2 header the client sent (`n,,` or `y,,`), echoed in its final message.
-    gs2_header: String,
+    /// What the client's final `c=` attribute must decode to: the GS2 header it sent
+    /// first, followed by the certificate's end-point value when it binds.
+    binding: Vec<u8>,
     /// `n=...,r=<client nonce>`: the first part of the signed `AuthMessage`.
     client_first_bare: String,
     /// The server's first message: the second part.
@@ -49,14 +70,16 @@ pub struct Challenge {
 #[derive(Debug, thiserror::Error)]
 pub enum ScramError {
     /// The client picked a mechanism the door did not offer.
-    #[error("SASL mechanism {0:?} is not offered; use SCRAM-SHA-256")]
+    #[error(
+        "SASL mechanism {0:?} is not offered here; use SCRAM-SHA-256 (SCRAM-SHA-256-PLUS over TLS)"
+    )]
     Mechanism(String),
     /// A message that does not follow RFC 5802.
     #[error("malformed SCRAM message: {0}")]
     Malformed(&'static str),
-    /// The client asked for channel binding, which the door does not offer.
-    #[error("SCRAM channel binding is not offered")]
-    ChannelBinding,
+    /// The channel binding asked for does not match what was offered.
+    #[error("SCRAM channel binding: {0}")]
+    ChannelBinding(&'static str),
     /// The proof does not come from the token.
     #[error("the proof does not match the token")]
     WrongProof,
@@ -66,14 +89,20 @@ pub enum ScramError {
 }
 
 /// Reads the client's first message (after `mechanism`) and answers the server's.
+///
+/// `end_point` is the certificate's channel-binding value when this connection offered
+/// `SCRAM-SHA-256-PLUS`, `None` when it offered only `SCRAM-SHA-256`.
 pub fn client_first(
     login: ScramLogin,
     mechanism: &str,
     data: &[u8],
+    end_point: Option<&[u8]>,
 ) -> Result<(String, Challenge), ScramError> {
-    if mechanism != MECHANISM {
-        return Err(ScramError::Mechanism(mechanism.to_string()));
-    }
+    let bound = match (mechanism, end_point) {
+        (MECHANISM, _) => None,
+        (MECHANISM_PLUS, Some(hash)) => Some(hash),
+        _ => return Err(ScramError::Mechanism(mechanism.to_string())),
+    };
     let message = text(data)?;
     // gs2-header = gs2-cbind-flag "," [authzid] ","
     let mut parts = message.splitn(3, ',');
@@ -82,11 +111,39 @@ pub fn client_first(
     let bare = parts
         .next()
         .ok_or(ScramError::Malformed("no client-first-message-bare"))?;
-    match flag {
-        "n" | "y" => {}
-        f if f.starts_with("p=") => return Err(ScramError::ChannelBinding),
+    let gs2_header = format!("{flag},,");
+    let binding = match (flag, bound) {
+        ("n", None) => gs2_header.into_bytes(),
+        // `y`: the client could bind but thinks the server cannot. This server offered
+        // binding on this connection, so something between them removed it.
+        ("y", None) if end_point.is_some() => {
+            return Err(ScramError::ChannelBinding(
+                "the client was told binding is not offered, but it is: refused as a downgrade",
+            ))
+        }
+        ("y", None) => gs2_header.into_bytes(),
+        (f, Some(hash)) if f.strip_prefix("p=") == Some(BINDING_TYPE) => {
+            let mut binding = gs2_header.into_bytes();
+            binding.extend_from_slice(hash);
+            binding
+        }
+        (f, Some(_)) if f.starts_with("p=") => {
+            return Err(ScramError::ChannelBinding(
+                "only tls-server-end-point is offered",
+            ))
+        }
+        (_, Some(_)) => {
+            return Err(ScramError::ChannelBinding(
+                "SCRAM-SHA-256-PLUS needs a p= channel-binding flag",
+            ))
+        }
+        (f, None) if f.starts_with("p=") => {
+            return Err(ScramError::ChannelBinding(
+                "channel binding needs SCRAM-SHA-256-PLUS, offered over TLS only",
+            ))
+        }
         _ => return Err(ScramError::Malformed("unknown GS2 channel-binding flag")),
-    }
+    };
     if !authzid.is_empty() {
         return Err(ScramError::Malformed(
             "an authorization identity is not supported",
@@ -112,7 +169,7 @@ pub fn client_first(
     );
     let challenge = Challenge {
         login,
-        gs2_header: format!("{flag},,"),
+        binding,
         client_first_bare: bare.to_string(),
         server_first: server_first.clone(),
         nonce,
@@ -132,9 +189,9 @@ pub fn client_final(challenge: &Challenge, data: &[u8]) -> Result<String, ScramE
         .next()
         .and_then(|a| a.strip_prefix("c="))
         .ok_or(ScramError::Malformed("no channel-binding attribute"))?;
-    if STANDARD.decode(binding).ok().as_deref() != Some(challenge.gs2_header.as_bytes()) {
-        return Err(ScramError::Malformed(
-            "the channel-binding attribute is not the GS2 header sent first",
+    if STANDARD.decode(binding).ok().as_deref() != Some(challenge.binding.as_slice()) {
+        return Err(ScramError::ChannelBinding(
+            "the c= attribute is not the GS2 header sent first and this server's certificate",
         ));
     }
     let nonce = attributes
@@ -186,23 +243,39 @@ mod tests {
         STANDARD.encode(proof)
     }
 
-    fn exchange(secret_used: &str) -> Result<String, ScramError> {
+    /// A whole exchange as a client does it: `flag` is its GS2 flag, `end_point` what
+    /// the server offered, `client_binds_to` the end-point value the client computed.
+    fn bound_exchange(
+        secret_used: &str,
+        mechanism: &str,
+        flag: &str,
+        end_point: Option<&[u8]>,
+        client_binds_to: &[u8],
+    ) -> Result<String, ScramError> {
         let login = ScramLogin {
             secret: crate::scram::derive("the-token"),
             token_sha256: String::new(),
         };
         let (salt, iterations) = (login.secret.salt.clone(), login.secret.iterations);
-        let (server_first, challenge) = client_first(login, MECHANISM, b"n,,n=,r=abc")?;
+        let first = format!("{flag},,n=,r=abc");
+        let (server_first, challenge) =
+            client_first(login, mechanism, first.as_bytes(), end_point)?;
         let nonce = server_first
             .split(',')
             .next()
             .and_then(|r| r.strip_prefix("r="))
             .unwrap();
         assert!(nonce.starts_with("abc") && nonce.len() > 3);
-        let without_proof = format!("c=biws,r={nonce}");
+        let mut cbind = format!("{flag},,").into_bytes();
+        cbind.extend_from_slice(client_binds_to);
+        let without_proof = format!("c={},r={nonce}", STANDARD.encode(cbind));
         let auth_message = format!("n=,r=abc,{server_first},{without_proof}");
         let proof = client_proof(secret_used, &salt, iterations, &auth_message);
         client_final(&challenge, format!("{without_proof},p={proof}").as_bytes())
+    }
+
+    fn exchange(secret_used: &str) -> Result<String, ScramError> {
+        bound_exchange(secret_used, MECHANISM, "n", None, b"")
     }
 
     #[test]
@@ -215,25 +288,76 @@ mod tests {
     }
 
     #[test]
-    fn channel_binding_and_other_mechanisms_are_refused() {
+    fn plus_passes_only_bound_to_this_servers_certificate() {
+        let ours: &[u8] = &[7; 32];
+        let flag = "p=tls-server-end-point";
+        let plus =
+            |secret, binds_to| bound_exchange(secret, MECHANISM_PLUS, flag, Some(ours), binds_to);
+        assert!(plus("the-token", ours).unwrap().starts_with("v="));
+        // A relay terminating TLS with its own certificate: the client binds to that.
+        assert!(matches!(
+            plus("the-token", &[8; 32]),
+            Err(ScramError::ChannelBinding(_))
+        ));
+        assert!(matches!(
+            plus("another-token", ours),
+            Err(ScramError::WrongProof)
+        ));
+        // Without binding, on the same TLS connection, a client may still choose `n`.
+        assert!(bound_exchange("the-token", MECHANISM, "n", Some(ours), b"")
+            .unwrap()
+            .starts_with("v="));
+    }
+
+    #[test]
+    fn a_downgrade_and_mismatched_flags_are_refused() {
+        let ours: &[u8] = &[7; 32];
+        let tried = |mechanism, flag, end_point| {
+            bound_exchange("the-token", mechanism, flag, end_point, b"")
+        };
+        // `y` means "I could bind, I think you cannot": false when binding was offered.
+        assert!(matches!(
+            tried(MECHANISM, "y", Some(ours)),
+            Err(ScramError::ChannelBinding(_))
+        ));
+        assert!(tried(MECHANISM, "y", None).unwrap().starts_with("v="));
+        // PLUS is not offered without TLS.
+        assert!(matches!(
+            tried(MECHANISM_PLUS, "p=tls-server-end-point", None),
+            Err(ScramError::Mechanism(_))
+        ));
+        // PLUS with a flag that does not bind, or another binding type.
+        assert!(matches!(
+            tried(MECHANISM_PLUS, "n", Some(ours)),
+            Err(ScramError::ChannelBinding(_))
+        ));
+        assert!(matches!(
+            tried(MECHANISM_PLUS, "p=tls-unique", Some(ours)),
+            Err(ScramError::ChannelBinding(_))
+        ));
+        // Binding asked for under the mechanism that does not bind.
+        assert!(matches!(
+            tried(MECHANISM, "p=tls-server-end-point", Some(ours)),
+            Err(ScramError::ChannelBinding(_))
+        ));
+    }
+
+    #[test]
+    fn other_mechanisms_and_malformed_messages_are_refused() {
         let login = || ScramLogin {
             secret: crate::scram::derive("t"),
             token_sha256: String::new(),
         };
         assert!(matches!(
-            client_first(
-                login(),
-                "SCRAM-SHA-256-PLUS",
-                b"p=tls-server-end-point,,n=,r=a"
-            ),
+            client_first(login(), "SCRAM-SHA-1", b"n,,n=,r=a", None),
             Err(ScramError::Mechanism(_))
         ));
         assert!(matches!(
-            client_first(login(), MECHANISM, b"p=tls-server-end-point,,n=,r=a"),
-            Err(ScramError::ChannelBinding)
+            client_first(login(), MECHANISM, b"n,,n=,", None),
+            Err(ScramError::Malformed(_))
         ));
         assert!(matches!(
-            client_first(login(), MECHANISM, b"n,,n=,"),
+            client_first(login(), MECHANISM, b"x,,n=,r=a", None),
             Err(ScramError::Malformed(_))
         ));
     }

@@ -5,8 +5,9 @@
 //! permission that may read that database, checked one of two ways, chosen by the
 //! `user` name:
 //! - the user is a token's id (or `bootstrap`, for the bootstrap token) and that token
-//!   has a SCRAM verifier: SCRAM-SHA-256 ([`super::scram`]), so the token never
-//!   crosses the connection, TLS or not;
+//!   has a SCRAM verifier: SCRAM-SHA-256 ([`super::scram`]; over TLS also
+//!   SCRAM-SHA-256-PLUS, bound to the door's certificate), so the token never crosses
+//!   the connection, TLS or not;
 //! - any other user name: a cleartext password, taken as a token whatever the user.
 //!
 //! With `--auth none` the connection is accepted at once. When the door speaks TLS, a
@@ -44,16 +45,29 @@ pub struct Startup {
     keys: RandomPidSecretKeyGenerator,
     /// The door speaks TLS: plain connections are refused.
     tls_required: bool,
+    /// The certificate's channel-binding value: SCRAM-SHA-256-PLUS is offered over TLS.
+    end_point: Option<Arc<[u8]>>,
 }
 
 impl Startup {
-    pub fn new(app: AppState, cancels: Arc<Registry>, tls_required: bool) -> Self {
+    pub fn new(
+        app: AppState,
+        cancels: Arc<Registry>,
+        tls_required: bool,
+        end_point: Option<Arc<[u8]>>,
+    ) -> Self {
         Startup {
             app,
             cancels,
             keys: RandomPidSecretKeyGenerator::default(),
             tls_required,
+            end_point,
         }
+    }
+
+    /// The channel-binding value this connection is offered: only over TLS.
+    fn end_point<C: ClientInfo>(&self, client: &C) -> Option<&[u8]> {
+        self.end_point.as_deref().filter(|_| client.is_secure())
     }
 }
 
@@ -110,7 +124,7 @@ impl StartupHandler for Startup {
                     let ask = match scram {
                         Some(login) => {
                             client.session_extensions().insert(Exchange::Offered(login));
-                            Authentication::SASL(vec![scram::MECHANISM.to_string()])
+                            Authentication::SASL(scram::mechanisms(self.end_point(client)))
                         }
                         None => Authentication::CleartextPassword,
                     };
@@ -181,9 +195,13 @@ impl Startup {
             Exchange::Offered(login) => {
                 let first = message.into_sasl_initial_response()?;
                 let data = first.data.as_deref().unwrap_or_default();
-                let (server_first, challenge) =
-                    scram::client_first(login.clone(), &first.auth_method, data)
-                        .map_err(|e| scram_failed(client, &e))?;
+                let (server_first, challenge) = scram::client_first(
+                    login.clone(),
+                    &first.auth_method,
+                    data,
+                    self.end_point(client),
+                )
+                .map_err(|e| scram_failed(client, &e))?;
                 client
                     .session_extensions()
                     .insert(Exchange::Challenged(challenge));

@@ -3,7 +3,8 @@ on that certificate, and the real clients verify it against the node's CA:
 
 - HTTP: HTTPS (the Node helper itself, and InfluxDB 3's client writing);
 - Postgres: `psql`, psycopg and asyncpg with `sslmode=verify-full`; a client that does
-  not ask for TLS is refused before it sends its password (the token);
+  not ask for TLS is refused before it sends its password (the token); a SCRAM login
+  with `channel_binding=require` (SCRAM-SHA-256-PLUS) is bound to the certificate;
 - Flight SQL: ADBC over `grpc+tls://` and InfluxDB 3's client querying through
   Flight; a plain-text gRPC client gets no answer.
 
@@ -200,6 +201,39 @@ def test_psycopg_over_tls_with_server_side_parameters(tls_node):
             "SELECT usage FROM cpu WHERE host = %s ORDER BY time", ("a",), prepare=True
         ).fetchall()
     assert rows == [(0.25,), (0.75,)]
+
+
+def scram_plus_conninfo(node, libpq16=True) -> str:
+    """A SCRAM login as `bootstrap` that libpq may finish only with channel binding
+    (`require_auth` needs libpq 16: psycopg's own has it, Debian's psql 15 does not)."""
+    return (
+        conninfo(node, "verify-full").replace("user=quiver", "user=bootstrap")
+        + " channel_binding=require"
+        + (" require_auth=scram-sha-256" if libpq16 else "")
+    )
+
+
+def test_scram_sha_256_plus_binds_the_login_to_the_certificate(tls_node):
+    # libpq with channel_binding=require picks SCRAM-SHA-256-PLUS and fails unless the
+    # server offered it and proved the binding: the login is tied to this certificate.
+    with psycopg.connect(scram_plus_conninfo(tls_node), autocommit=True) as conn:
+        assert conn.pgconn.ssl_in_use
+        assert conn.execute("SELECT count(*) FROM cpu").fetchone() == (3,)
+    env = dict(os.environ)
+    env.pop("PGSSLMODE", None)
+    proc = subprocess.run(
+        ["psql", "-X", scram_plus_conninfo(tls_node, libpq16=False), "-tAc",
+         "SELECT count(*) FROM cpu"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "3", proc.stdout
+    with pytest.raises(psycopg.OperationalError) as excinfo:
+        psycopg.connect(scram_plus_conninfo(tls_node).replace(f"password={TOKEN}", "password=wrong"))
+    assert "28P01" in str(excinfo.value) or "authentication failed" in str(excinfo.value), excinfo.value
 
 
 def test_asyncpg_binary_protocol_over_tls(tls_node):
