@@ -303,6 +303,10 @@ impl SimpleQueryHandler for Session {
         let database = database(client);
         let access = access(&self.app, client)?;
         let cancel = cancel(client)?;
+        let statements = quiver_query::split_statements(sql);
+        if statements.len() > 1 {
+            return Ok(self.several(&statements, &database, &access, &cancel).await);
+        }
         let format = Format::UnifiedText;
         let response = match local::classify(sql) {
             Some(local) => Ok(Self::local(&local, &database, &format)),
@@ -312,14 +316,77 @@ impl SimpleQueryHandler for Session {
                     .await
             }
         };
-        Ok(vec![response.unwrap_or_else(|e| match e {
-            PgWireError::UserError(info) => Response::Error(info),
-            other => Response::Error(Box::new(ErrorInfo::new(
-                "ERROR".into(),
-                "XX000".into(),
-                other.to_string(),
-            ))),
-        })])
+        Ok(vec![response.unwrap_or_else(error_response)])
+    }
+}
+
+impl Session {
+    /// The answers to a simple query of several statements, in order, as Postgres
+    /// gives them: each statement is planned here (its columns are sent before its
+    /// rows) and runs only when the client has read the ones before it, so a batch
+    /// holds one query slot at a time however many statements it has. The first that
+    /// fails to plan answers its error and the rest are not run.
+    async fn several(
+        &self,
+        statements: &[&str],
+        database: &str,
+        access: &Arc<QueryAccess>,
+        cancel: &Arc<Cancel>,
+    ) -> Vec<Response> {
+        let format = Format::UnifiedText;
+        let mut responses = Vec::with_capacity(statements.len());
+        for statement in statements {
+            if let Some(local) = local::classify(statement) {
+                responses.push(Self::local(&local, database, &format));
+                continue;
+            }
+            let prepared = PgStatement::prepare(&search_path::expand(statement, database));
+            let described = match self
+                .app
+                .query
+                .describe_as(database, &prepared.sql, None, access)
+                .await
+            {
+                Ok(described) => described,
+                Err(e) => {
+                    responses.push(error_response(engine_error(e)));
+                    break;
+                }
+            };
+            let fields = Arc::new(encode::fields(&prepared.rename(&described.schema), &format));
+            let (engine, database, access, cancel) = (
+                self.app.query.clone(),
+                database.to_string(),
+                Arc::clone(access),
+                Arc::clone(cancel),
+            );
+            let encoded = Arc::clone(&fields);
+            let rows_when_read = stream::once(async move {
+                let started = std::time::Instant::now();
+                let start = engine.execute_stream_as(&database, &prepared.sql, None, &access);
+                let stream = tokio::select! {
+                    stream = start => stream.map_err(engine_error)?,
+                    () = cancel.cancelled() => return Err(cancelled_error()),
+                };
+                metrics::counter!("quiver_pg_queries_total").increment(1);
+                Ok(rows(stream, encoded, started, cancel.cancelled()))
+            })
+            .try_flatten();
+            responses.push(Response::Query(QueryResponse::new(fields, rows_when_read)));
+        }
+        responses
+    }
+}
+
+/// A failed statement as the response the client reads (the connection stays open).
+fn error_response(e: PgWireError) -> Response {
+    match e {
+        PgWireError::UserError(info) => Response::Error(info),
+        other => Response::Error(Box::new(ErrorInfo::new(
+            "ERROR".into(),
+            "XX000".into(),
+            other.to_string(),
+        ))),
     }
 }
 

@@ -8,6 +8,7 @@
   `SHOW`, errors with their SQLSTATE, a cancel request stopping a running query.
 - `asyncpg`: the extended protocol with `Describe` before `Bind` (it encodes its
   parameters from the types the server describes) and binary results throughout.
+- several statements in one simple query, as Npgsql sends at connect.
 
 `scripts/compat.sh` installs `postgresql-client` when `psql` is missing.
 """
@@ -422,3 +423,24 @@ def test_grafana_macro_sql_replayed(node, pg_db):
             "AND time >= '2023-11-14T22:13:20Z'"
         ).fetchone()
         assert unix == (2,), unix
+
+
+
+def test_several_statements_in_one_simple_query(node, pg_db):
+    """A simple query of several statements (Npgsql's connect-time batch, a pasted
+    script) answers each in order; the first that fails answers its error, the rest do
+    not run, and the connection stays usable."""
+    with psycopg.connect(conninfo(node, pg_db), autocommit=True) as conn:
+        cur = conn.cursor()
+        cur.execute(  # no parameters: the simple query protocol
+            "SELECT count(*) FROM cpu; SELECT host FROM cpu WHERE note = 'a;b' OR host = 'b';"
+            "\n-- a comment; not a statement\nSHOW standard_conforming_strings;"
+        )
+        results = [cur.fetchall()]
+        while cur.nextset():
+            results.append(cur.fetchall())
+        assert results == [[(3,)], [("b",)], [("on",)]], results
+        with pytest.raises(psycopg.Error) as excinfo:
+            cur.execute("SELECT 1; SELECT nope FROM cpu; SELECT 2")
+        assert "nope" in str(excinfo.value), excinfo.value
+        assert conn.execute("SELECT count(*) FROM mem").fetchone() == (1,)
