@@ -2,9 +2,11 @@
 creates and owns its data and WAL directories for uid 10001, exposes every door and
 builds dependencies in a layer of their own; the StatefulSet runs as that uid with
 fsGroup, has a startup probe, resources, a PodDisruptionBudget, anti-affinity, and
-advertises its stable name rather than 0.0.0.0."""
+advertises its stable name rather than 0.0.0.0; its first three pods found the cluster
+with static peers and a pod added by scaling up joins it (`--join`)."""
 
 import re
+import subprocess
 from pathlib import Path
 
 import yaml
@@ -132,3 +134,38 @@ def test_statefulset_advertises_its_stable_name_and_opens_every_door():
     svc_ports = {p["port"] for p in docs["Service"]["spec"]["ports"]}
     assert ports <= svc_ports, svc_ports
     assert docs["Service"]["spec"]["clusterIP"] == "None"
+
+
+def node_command_of_pod(pod: str) -> list[str]:
+    """The `quiver` command line the StatefulSet's shell script runs in pod `pod`, with
+    the binary replaced by `echo` (run by the same /bin/sh the image has)."""
+    [container] = statefulset_documents()["StatefulSet"]["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["/bin/sh", "-c"], container["command"]
+    [script] = container["args"]
+    assert "exec /usr/local/bin/quiver serve" in script
+    script = script.replace("exec /usr/local/bin/quiver", "exec echo quiver")
+    out = subprocess.run(["/bin/sh", "-c", script], env={"HOSTNAME": pod, "PATH": "/usr/bin:/bin"},
+                         capture_output=True, text=True, timeout=10, check=True)
+    return out.stdout.split()
+
+
+def flag(words: list[str], name: str) -> str | None:
+    return words[words.index(name) + 1] if name in words else None
+
+
+def test_founding_pods_use_static_peers_and_a_scaled_up_pod_joins():
+    for ordinal in range(3):
+        words = node_command_of_pod(f"quiver-{ordinal}")
+        assert flag(words, "--node-id") == str(ordinal + 1), words
+        assert flag(words, "--peers") == (
+            "1=http://quiver-0.quiver:8000,2=http://quiver-1.quiver:8000,3=http://quiver-2.quiver:8000"
+        ), words
+        assert "--join" not in words, words
+    for ordinal in (3, 7):
+        words = node_command_of_pod(f"quiver-{ordinal}")
+        assert flag(words, "--node-id") == str(ordinal + 1), words
+        assert flag(words, "--join") == "http://quiver-0.quiver:8000", words
+        # The node refuses --join beside --peers: the script never passes both.
+        assert "--peers" not in words, words
+    assert flag(words, "--wal-dir") == "/var/lib/quiver/wal", words
+    assert flag(words, "--pg-addr") == "0.0.0.0:5433", words
