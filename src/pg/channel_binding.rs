@@ -38,13 +38,18 @@ pub fn end_point_hash(leaf: &CertificateDer<'_>) -> Result<Vec<u8>, String> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn an_ecdsa_p256_certificate_binds_to_the_sha256_of_its_der() {
-        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
-        let cert = rcgen::CertificateParams::new(vec!["localhost".into()])
+    /// A self-signed certificate for `localhost` signed with `algorithm`.
+    fn self_signed(algorithm: &'static rcgen::SignatureAlgorithm) -> rcgen::Certificate {
+        let key = rcgen::KeyPair::generate_for(algorithm).unwrap();
+        rcgen::CertificateParams::new(vec!["localhost".into()])
             .unwrap()
             .self_signed(&key)
-            .unwrap();
+            .unwrap()
+    }
+
+    #[test]
+    fn an_ecdsa_p256_certificate_binds_to_the_sha256_of_its_der() {
+        let cert = self_signed(&rcgen::PKCS_ECDSA_P256_SHA256);
         let der = cert.der();
         let expected = digest::digest(&digest::SHA256, der.as_ref());
         assert_eq!(end_point_hash(der).unwrap(), expected.as_ref());
@@ -52,17 +57,9 @@ mod tests {
 
     #[test]
     fn an_ecdsa_p384_certificate_binds_to_sha384_and_ed25519_to_nothing() {
-        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P384_SHA384).unwrap();
-        let cert = rcgen::CertificateParams::new(vec!["localhost".into()])
-            .unwrap()
-            .self_signed(&key)
-            .unwrap();
+        let cert = self_signed(&rcgen::PKCS_ECDSA_P384_SHA384);
         assert_eq!(end_point_hash(cert.der()).unwrap().len(), 48);
-        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
-        let cert = rcgen::CertificateParams::new(vec!["localhost".into()])
-            .unwrap()
-            .self_signed(&key)
-            .unwrap();
+        let cert = self_signed(&rcgen::PKCS_ED25519);
         assert!(end_point_hash(cert.der()).is_err());
         assert!(end_point_hash(&CertificateDer::from(vec![0x30, 0x03, 1, 2, 3])).is_err());
     }
